@@ -1,0 +1,31 @@
+# The two commands of the README: `make demo` and `make test`. Each sets up
+# .venv on a fresh machine (Python 3.11+ and the package registries only).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_DIR := .demo
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tribunal needs Python 3.11 or newer")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+demo: $(STAMP)
+	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	$(BIN)/tribunal plan freeze examples/demo/experiment.toml -o $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
+	$(BIN)/tribunal doctor --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/registry_bench.py
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .hypothesis

@@ -1,0 +1,112 @@
+"""Operator configuration: ``tribunal.toml`` (SPEC §3, §10).
+
+Config is deliberately NOT part of the plan: replacing a grader's bytes and
+version under the same profile name is how grading criteria mature, and a
+regrade picks the new bytes up. Blank grader ids or versions are accepted
+here on purpose: grading must fail closed on them with a record
+(``missing:<profile>``), not refuse to load the whole file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from registry._errors import SpecError
+from registry._models import Hex64, Strict, read_toml, validate_as
+
+DEFAULT_CONFIG_NAME = "tribunal.toml"
+MIB = 1024 * 1024
+
+
+class GraderProfile(Strict):
+    """An executable grader bound to its bytes, id and version."""
+
+    path: str
+    sha256: Hex64
+    grader_id: str
+    version: str
+    timeout_s: float = Field(default=120, gt=0)
+    max_output_bytes: int = Field(default=MIB, gt=0)
+
+
+class JudgeConfig(Strict):
+    """A model judge's governed identity (SPEC §6)."""
+
+    judge_id: str
+    version: str
+    adapter: Literal["openai-chat", "command"]
+    provider: str = ""
+    model: str
+    rubric: str
+    rubric_sha256: Hex64
+    endpoint: str | None = None
+    api_key_env: str | None = None
+    path: str | None = None
+    sha256: Hex64 | None = None
+    temperature: float = 0.0
+    seed: int | None = None
+    timeout_s: float = Field(default=60, gt=0)
+    max_response_bytes: int = Field(default=MIB, gt=0)
+
+
+class RedactionConfig(Strict):
+    """Named secret patterns (Python regular expressions)."""
+
+    patterns: dict[str, str] = {}
+
+    @field_validator("patterns")
+    @classmethod
+    def _patterns_compile(cls, patterns: dict[str, str]) -> dict[str, str]:
+        for name, pattern in patterns.items():
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ValueError(f"pattern {name!r} is not a valid regular expression ({error})") from None
+        return patterns
+
+
+class CandidateEnv(Strict):
+    """The only environment variables a candidate inherits besides PATH."""
+
+    pass_: list[str] = Field(default=[], alias="pass")
+
+
+class Config(Strict):
+    """The whole of ``tribunal.toml``, with relative paths resolved against its folder."""
+
+    grader_profiles: dict[str, GraderProfile] = {}
+    judges: dict[str, JudgeConfig] = {}
+    redaction: RedactionConfig = RedactionConfig()
+    candidate_env: CandidateEnv = CandidateEnv()
+    candidate_timeout_s: float = Field(default=1800, gt=0)
+
+
+def _resolve(base: Path, value: object) -> object:
+    return str((base / value).resolve()) if isinstance(value, str) and value else value
+
+
+def find_config(option: str | None) -> Path:
+    """Locate the config: ``--config``, else ``$TRIBUNAL_CONFIG``, else ``./tribunal.toml``."""
+    chosen = option or os.environ.get("TRIBUNAL_CONFIG") or DEFAULT_CONFIG_NAME
+    path = Path(chosen).expanduser()
+    if not path.is_file():
+        raise SpecError(
+            f"{path}: config file not found (pass --config, set TRIBUNAL_CONFIG, or create {DEFAULT_CONFIG_NAME})"
+        )
+    return path
+
+
+def load_config(path: Path) -> Config:
+    """Read and validate ``tribunal.toml``; grader and rubric paths become absolute."""
+    data = read_toml(path)
+    base = path.resolve().parent
+    for section, key in (("grader_profiles", "path"), ("judges", "rubric"), ("judges", "path")):
+        for entry in (data.get(section) or {}).values():
+            if isinstance(entry, dict) and key in entry:
+                entry[key] = _resolve(base, entry[key])
+    return validate_as(Config, data, str(path))

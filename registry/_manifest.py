@@ -1,0 +1,324 @@
+"""The append-only manifest: numbered Parquet commits, put-if-absent (SPEC §4).
+
+Layout (the Delta Lake log pattern plus a hash chain)::
+
+    log/<v // 1000:08d>/<v:020d>.parquet        commit v: one or more entries
+    segments/<v0:020d>-<v1:020d>.parquet        compaction of commits v0..v1
+
+Commit protocol, and the races it relies on:
+
+1. Objects are stored first, so an entry never names bytes that are not there.
+2. The writer builds commit v+1 chaining from the head it has read
+   (last seq, last entry hash).
+3. It writes commit v+1 with put-if-absent (``_storage``). Exactly one writer
+   can create a given version, so two writers can never take the same seq.
+   If the key exists, the writer reads it: the same nonce means its own
+   earlier try landed (success); otherwise it applies the winner's commit,
+   drops entries whose txn the winner already recorded, and retries at v+2.
+   A fork is impossible: each version has one content and v+1 names v's hash.
+4. A write that fails in transport is retried with the same bytes; if it still
+   fails, the outcome is unknown and ``CommitOutcomeUnknown`` is raised.
+5. Every ``SEGMENT_COMMITS`` commits, the writer that closes a range writes a
+   segment (put-if-absent, best effort). Segments are derived; commits are
+   never deleted, and doctor checks each segment against its commits.
+
+Because a writer can only create version v after reading every version below
+it, its view of which txns exist is complete at the moment it commits.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict
+
+from registry._chain import check_links
+from registry._entry import ENTRY_SCHEMA, ManifestEntry, NewEntry, rows_to_table, seal_entries, utc_now
+from registry._errors import CommitOutcomeUnknown, ManifestConflict, ManifestCorrupt, RegistryError
+from registry._storage import Storage
+
+LOG_DIR = "log"
+SEGMENTS_DIR = "segments"
+BUCKET_COMMITS = 1000
+SEGMENT_COMMITS = 1000
+TRANSPORT_RETRIES = 5
+CONFLICT_RETRIES = 10_000
+NONCE_KEY = b"tribunal.nonce"
+WRITER_KEY = b"tribunal.writer"
+
+
+class Head(BaseModel):
+    """Where the manifest ends: its last commit version, seq and entry hash."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int
+    seq: int
+    entry_hash: str
+
+
+def commit_key(version: int) -> str:
+    """Return the storage key of commit ``version``."""
+    return f"{LOG_DIR}/{version // BUCKET_COMMITS:08d}/{version:020d}.parquet"
+
+
+def segment_key(first: int, last: int) -> str:
+    """Return the storage key of the segment compacting commits ``first..last``."""
+    return f"{SEGMENTS_DIR}/{first:020d}-{last:020d}.parquet"
+
+
+def encode_table(table: pa.Table, metadata: dict[bytes, bytes] | None = None, compression: str = "none") -> bytes:
+    """Serialize a table of entries as Parquet bytes.
+
+    Statistics and dictionaries cost more than they save on commits of a few
+    rows; segments are written zstd-compressed for size.
+    """
+    buffer = io.BytesIO()
+    pq.write_table(
+        table.replace_schema_metadata(metadata),
+        buffer,
+        compression=compression,
+        write_statistics=compression != "none",
+        use_dictionary=compression != "none",
+    )
+    return buffer.getvalue()
+
+
+def decode_table(data: bytes, where: str) -> pa.Table:
+    """Parse Parquet bytes of entries; refuse anything that is not in the entry schema."""
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except (pa.ArrowException, OSError) as error:
+        raise ManifestCorrupt(f"{where} is not readable Parquet ({error})") from None
+    if table.schema.remove_metadata() != ENTRY_SCHEMA:
+        raise ManifestCorrupt(f"{where} does not have the manifest entry schema")
+    return table
+
+
+def list_commit_versions(storage: Storage, start: int = 0) -> Iterator[int]:
+    """Yield the versions of stored commits from ``start`` on, in order.
+
+    Buckets are listed one by one from the bucket holding ``start``; a writer
+    only opens bucket b+1 after filling bucket b, so an empty bucket ends the log.
+    """
+    bucket = start // BUCKET_COMMITS
+    while True:
+        names = storage.list(f"{LOG_DIR}/{bucket:08d}")
+        versions = sorted(int(name.split(".")[0]) for name in names if name.endswith(".parquet"))
+        if not versions:
+            return
+        yield from (version for version in versions if version >= start)
+        bucket += 1
+
+
+def list_segments(storage: Storage) -> list[tuple[int, int]]:
+    """Return the (first, last) commit ranges of stored segments."""
+    ranges = []
+    for name in storage.list(SEGMENTS_DIR):
+        if name.endswith(".parquet"):
+            first, _, last = name.removesuffix(".parquet").partition("-")
+            ranges.append((int(first), int(last)))
+    return sorted(ranges)
+
+
+class Manifest:
+    """A reader and writer of one registry's manifest, with a cached view.
+
+    One instance may be shared by threads (appends are serialized by a lock);
+    separate instances, processes and machines coordinate only through
+    put-if-absent on commit keys.
+    """
+
+    def __init__(self, storage: Storage, writer: str | None = None) -> None:
+        self.storage = storage
+        self.writer = writer or f"writer-{uuid.uuid4().hex[:12]}"
+        self._lock = threading.RLock()
+        self._chunks: list[pa.Table] = []
+        self._version = -1
+        self._head: Head | None = None
+        self._txns: dict[str, int] | None = None
+        self._loaded = False
+
+    # -- reading ---------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Read what other writers committed since this view was last read."""
+        with self._lock:
+            if not self._loaded:
+                self._load_segments()
+                self._loaded = True
+            for version in list_commit_versions(self.storage, self._version + 1):
+                if version != self._version + 1:
+                    raise ManifestCorrupt(f"commit {self._version + 1} is missing; run `tribunal doctor`")
+                self._apply(version, self._read_commit(version))
+
+    def _load_segments(self) -> None:
+        """Take the longest chain of segments starting at commit 0."""
+        ranges = list_segments(self.storage)
+        while True:
+            covering = [last for first, last in ranges if first == self._version + 1]
+            if not covering:
+                return
+            last = max(covering)
+            where = segment_key(self._version + 1, last)
+            table = decode_table(self.storage.read(where), where)
+            self._apply(last, table)
+
+    def _read_commit(self, version: int) -> pa.Table:
+        where = commit_key(version)
+        return decode_table(self.storage.read(where), where)
+
+    def _apply(self, version: int, table: pa.Table) -> None:
+        """Add a verified run of entries to the view; a broken chain is refused."""
+        head = self._head
+        findings = check_links(table, head.seq + 1 if head else 0, head.entry_hash if head else None)
+        if findings:
+            raise ManifestCorrupt(f"manifest chain broken: {findings[0].message}; run `tribunal doctor`")
+        table = table.replace_schema_metadata(None)
+        if table.num_rows:
+            self._chunks.append(table)
+            self._head = Head(
+                version=version, seq=table.column("seq")[-1].as_py(), entry_hash=table.column("entry_hash")[-1].as_py()
+            )
+        if self._txns is not None:
+            self._txns.update(zip(table.column("txn").to_pylist(), table.column("seq").to_pylist(), strict=True))
+        self._version = version
+
+    def table(self) -> pa.Table:
+        """Return every entry in seq order (after a refresh); row i holds seq i."""
+        self.refresh()
+        return self._view()
+
+    def _view(self) -> pa.Table:
+        """Return the cached entries without asking the storage for news."""
+        with self._lock:
+            if len(self._chunks) > 1:
+                self._chunks = [pa.concat_tables(self._chunks)]
+            return self._chunks[0] if self._chunks else ENTRY_SCHEMA.empty_table()
+
+    def head(self) -> Head | None:
+        """Return the current head, or None for an empty manifest."""
+        self.refresh()
+        return self._head
+
+    # -- writing ---------------------------------------------------------------
+
+    def append(self, drafts: list[NewEntry]) -> list[ManifestEntry]:
+        """Append drafts as one commit; txns already recorded are returned, not repeated."""
+        txns = [draft.txn for draft in drafts]
+        if len(set(txns)) != len(txns):
+            raise RegistryError("one append cannot name the same txn twice")
+        with self._lock:
+            if not self._loaded:
+                self.refresh()
+            known = self._known_txns()
+            pending = [draft for draft in drafts if draft.txn not in known]
+            stamp = utc_now()
+            written: dict[str, dict[str, Any]] = {}
+            for conflicts in range(CONFLICT_RETRIES):
+                if pending:
+                    rows = self._commit(pending, stamp)
+                    if rows is None:
+                        pending = [draft for draft in pending if draft.txn not in known]
+                        time.sleep(random.uniform(0, 0.001 * min(conflicts + 1, 20)))
+                        continue
+                    written = {row["txn"]: row for row in rows}
+                return [ManifestEntry(**(written.get(txn) or self._row(known[txn]))) for txn in txns]
+        raise ManifestConflict(f"gave up after {CONFLICT_RETRIES} conflicting commits; retry later")
+
+    def _known_txns(self) -> dict[str, int]:
+        if self._txns is None:
+            table = self._view()
+            self._txns = dict(zip(table.column("txn").to_pylist(), table.column("seq").to_pylist(), strict=True))
+        return self._txns
+
+    def _commit(self, pending: list[NewEntry], stamp: str) -> list[dict[str, Any]] | None:
+        """Write ``pending`` as the next commit and return its rows; None if another writer took it."""
+        version = self._version + 1
+        head = self._head
+        rows = seal_entries(
+            pending,
+            first_seq=head.seq + 1 if head else 0,
+            prev_hash=head.entry_hash if head else None,
+            time=stamp,
+            commit=version,
+        )
+        nonce = uuid.uuid4().hex.encode()
+        table = rows_to_table(rows)
+        data = encode_table(table, {NONCE_KEY: nonce, WRITER_KEY: self.writer.encode()})
+        created = self._put_commit(version, data)
+        if created:
+            self._apply(version, table)
+            self._compact_if_closed(version)
+            return rows
+        landed = self._read_commit(version)
+        mine = (landed.schema.metadata or {}).get(NONCE_KEY) == nonce
+        self._apply(version, landed)
+        return landed.to_pylist() if mine else None
+
+    def _put_commit(self, version: int, data: bytes) -> bool:
+        """Put-if-absent a commit, retrying transport errors with the same bytes.
+
+        A retry whose key already exists may be our own earlier try that landed;
+        the caller tells that apart by the nonce. S3's 409
+        ConditionalRequestConflict arrives as a plain OSError and is retried here.
+        """
+        for attempt in range(TRANSPORT_RETRIES):
+            try:
+                return self.storage.put_if_absent(commit_key(version), data)
+            except FileExistsError:
+                return False
+            except OSError:
+                time.sleep(0.05 * 2**attempt)
+        raise CommitOutcomeUnknown(
+            f"commit {version} could not be confirmed after {TRANSPORT_RETRIES} tries; "
+            "check the registry's connectivity, then retry the command (txns make the retry safe)"
+        )
+
+    def _row(self, seq: int) -> dict[str, Any]:
+        row: dict[str, Any] = self._view().slice(seq, 1).to_pylist()[0]
+        return row
+
+    # -- compaction ------------------------------------------------------------
+
+    def _compact_if_closed(self, version: int) -> None:
+        if (version + 1) % SEGMENT_COMMITS == 0:
+            try:
+                self._write_segment(version + 1 - SEGMENT_COMMITS, version)
+            except OSError:
+                return  # best effort: readers fall back to the commits
+
+    def compact(self) -> int:
+        """Write a segment for every closed range of commits that has none; return how many."""
+        with self._lock:
+            self.refresh()
+            existing = set(list_segments(self.storage))
+            written = 0
+            for first in range(0, self._version + 1 - SEGMENT_COMMITS + 1, SEGMENT_COMMITS):
+                last = first + SEGMENT_COMMITS - 1
+                if (first, last) not in existing:
+                    written += self._write_segment(first, last)
+            return written
+
+    def _write_segment(self, first: int, last: int) -> int:
+        table = self._view()
+        commits = table.column("commit")
+        mask = pc.and_(pc.greater_equal(commits, first), pc.less_equal(commits, last))
+        data = encode_table(table.filter(mask), compression="zstd")
+        return int(self.storage.put_if_absent(segment_key(first, last), data))
+
+    def entries(self, where: pa.compute.Expression | None = None) -> list[ManifestEntry]:
+        """Return entries matching an Arrow filter expression, as models, in seq order."""
+        table = self.table()
+        if where is not None:
+            table = table.filter(where)
+        return [ManifestEntry(**row) for row in table.to_pylist()]

@@ -1,0 +1,169 @@
+"""The experiment spec an operator writes, and the frozen plan (SPEC §3, §10).
+
+``experiment.toml`` is validated into ``ExperimentSpec``; freezing turns it
+into a ``Plan`` whose every input is pinned by digest. ``plan_hash`` is the
+hash of the canonical plan without that field; every ``--plan`` command
+re-derives it from the file's bytes and refuses a plan that drifted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from registry._canonical import canonical_json, digest_json
+from registry._errors import PlanDrift, SpecError
+from registry._models import Digest, Name, Strict, validate_as
+
+PLAN_SCHEMA = "tribunal.plan.v1"
+
+
+class CaseSpec(Strict):
+    """One task case as written in experiment.toml."""
+
+    id: Name
+    repo: str
+    prompt: str
+    grader_profile: str = Field(min_length=1)
+    judge: str | None = None
+
+
+class CandidateSpec(Strict):
+    """One candidate as written in experiment.toml."""
+
+    id: Name
+    kind: Literal["command", "predictions"]
+    command: list[str] | None = None
+    predictions: str | None = None
+    provider: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> CandidateSpec:
+        if self.kind == "command" and not self.command:
+            raise ValueError("a 'command' candidate needs a non-empty command (argv list)")
+        if self.kind == "command" and self.predictions is not None:
+            raise ValueError("a 'command' candidate takes no predictions file")
+        if self.kind == "predictions" and not self.predictions:
+            raise ValueError("a 'predictions' candidate needs a predictions file")
+        if self.kind == "predictions" and self.command is not None:
+            raise ValueError("a 'predictions' candidate takes no command")
+        return self
+
+
+class ExperimentSpec(Strict):
+    """The whole of experiment.toml."""
+
+    experiment: Name
+    attempts: int = Field(default=1, ge=1)
+    case: list[CaseSpec] = Field(min_length=1)
+    candidate: list[CandidateSpec] = Field(min_length=1)
+
+
+class PlanCase(Strict):
+    """A case pinned by the digests of its repository snapshot and prompt."""
+
+    id: Name
+    snapshot_digest: Digest
+    prompt_hash: Digest
+    grader_profile: str
+    judge: str | None = None
+
+
+class PlanCandidate(Strict):
+    """A candidate with its planned identity; predictions are pinned by digest."""
+
+    id: Name
+    kind: Literal["command", "predictions"]
+    command: list[str] | None = None
+    predictions_digest: Digest | None = None
+    provider: str
+    model: str
+
+
+class AttemptRef(Strict):
+    """One attempt of the plan: a (case, candidate, index) and its id."""
+
+    attempt_id: Digest
+    case_id: str
+    candidate_id: str
+    index: int
+
+
+class Plan(Strict):
+    """A frozen experiment plan."""
+
+    schema_version: Literal["tribunal.plan.v1"] = PLAN_SCHEMA
+    experiment: Name
+    experiment_dir: str
+    attempts: int = Field(ge=1)
+    cases: list[PlanCase]
+    candidates: list[PlanCandidate]
+    plan_hash: Digest
+
+    def attempt_refs(self) -> Iterator[AttemptRef]:
+        """Yield every attempt in plan order: case, then candidate, then index."""
+        for case in self.cases:
+            for candidate in self.candidates:
+                for index in range(self.attempts):
+                    yield AttemptRef(
+                        attempt_id=attempt_id(self.plan_hash, case.id, candidate.id, index),
+                        case_id=case.id,
+                        candidate_id=candidate.id,
+                        index=index,
+                    )
+
+
+def attempt_id(plan_hash: str, case_id: str, candidate_id: str, index: int) -> str:
+    """Return hash(plan_hash, case, candidate, index): stable across reruns of a plan."""
+    return digest_json([plan_hash, case_id, candidate_id, index])
+
+
+def compute_plan_hash(body: dict[str, object]) -> str:
+    """Return the hash of a plan's canonical form without its ``plan_hash`` field."""
+    return digest_json({key: value for key, value in body.items() if key != "plan_hash"})
+
+
+def plan_bytes(plan: Plan) -> bytes:
+    """Return the canonical bytes written to plan.json and stored in the registry."""
+    return canonical_json(plan.model_dump(mode="json"))
+
+
+def load_plan(path: Path) -> Plan:
+    """Read plan.json, re-derive its hash and refuse it if its bytes drifted."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError(f"{path}: plan file not found (create one with `tribunal plan freeze`)") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path}: is a directory, not a plan file") from None
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SpecError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(body, dict):
+        raise SpecError(f"{path}: a plan is a JSON object")
+    plan = validate_as(Plan, body, str(path))
+    actual = compute_plan_hash(plan.model_dump(mode="json"))
+    if actual != plan.plan_hash:
+        raise PlanDrift(
+            f"{path}: plan drifted: expected plan_hash {plan.plan_hash}, bytes hash to {actual}; "
+            "re-freeze the experiment instead of editing plan.json"
+        )
+    return plan
+
+
+def load_spec(path: Path, data: dict[str, object]) -> ExperimentSpec:
+    """Validate experiment.toml contents, including uniqueness of ids."""
+    spec = validate_as(ExperimentSpec, data, str(path))
+    for table, items in (("case", spec.case), ("candidate", spec.candidate)):
+        seen: set[str] = set()
+        for position, item in enumerate(items):
+            if item.id in seen:
+                raise SpecError(f"{path}: {table}[{position}].id: duplicate {table} id {item.id!r}")
+            seen.add(item.id)
+    return spec

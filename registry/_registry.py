@@ -1,0 +1,91 @@
+"""``Registry``: the object store and the manifest of one registry root.
+
+This is the API the flows use: put bytes, append entries that name them,
+read entries back. ``resolve_registry_url`` implements the rule that every
+command retaining or reading evidence needs an explicit root.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from registry._entry import ManifestEntry, NewEntry
+from registry._errors import RegistryRequired
+from registry._manifest import Head, Manifest
+from registry._objects import ObjectStore
+from registry._storage import Storage, open_storage
+
+REGISTRY_ENV = "TRIBUNAL_REGISTRY"
+
+
+def resolve_registry_url(option: str | None) -> str:
+    """Return ``--registry`` or ``$TRIBUNAL_REGISTRY``; refuse to guess a default."""
+    url = option or os.environ.get(REGISTRY_ENV, "")
+    if not url.strip():
+        raise RegistryRequired()
+    return url
+
+
+class Registry:
+    """A content-addressed store plus its append-only manifest."""
+
+    def __init__(self, storage: Storage, writer: str | None = None) -> None:
+        self.storage = storage
+        self.objects = ObjectStore(storage)
+        self.manifest = Manifest(storage, writer)
+
+    @classmethod
+    def open(
+        cls, url: str, *, storage_options: dict[str, object] | None = None, writer: str | None = None
+    ) -> Registry:
+        """Open (creating if needed) the registry at a local path or ``s3://bucket/prefix``.
+
+        S3 endpoints and credentials come from the usual AWS settings
+        (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...) or ``storage_options``.
+        """
+        return cls(open_storage(url, storage_options), writer)
+
+    @property
+    def url(self) -> str:
+        return self.storage.url
+
+    def put(self, data: bytes) -> str:
+        """Store bytes once; return their digest."""
+        return self.objects.put(data)
+
+    def get(self, object_digest: str) -> bytes:
+        """Return verified bytes of a stored object."""
+        return self.objects.get(object_digest)
+
+    def append(self, drafts: list[NewEntry]) -> list[ManifestEntry]:
+        """Append entries as one commit (their objects must be put first)."""
+        return self.manifest.append(drafts)
+
+    def entries(
+        self, *, experiment_id: str | None = None, attempt_id: str | None = None, role: str | None = None
+    ) -> list[ManifestEntry]:
+        """Return entries in seq order, filtered by any of experiment, attempt and role."""
+        conditions = [
+            pc.field(name) == value
+            for name, value in (("experiment_id", experiment_id), ("attempt_id", attempt_id), ("role", role))
+            if value is not None
+        ]
+        where = None
+        for condition in conditions:
+            where = condition if where is None else where & condition
+        return self.manifest.entries(where)
+
+    def table(self) -> pa.Table:
+        """Return every entry as an Arrow table in seq order (fast path for bulk reads)."""
+        return self.manifest.table()
+
+    def head(self) -> Head | None:
+        """Return the manifest head, or None when nothing was appended yet."""
+        return self.manifest.head()
+
+    def compact(self) -> int:
+        """Write segments for closed commit ranges; return how many were written."""
+        return self.manifest.compact()

@@ -1,0 +1,153 @@
+"""The one storage primitive the registry trusts: put-if-absent.
+
+Everything the registry writes is write-once, so the only write it needs is
+"create this key with these bytes unless it exists", and that write must be
+atomic and exclusive across threads, processes and machines. The obvious
+fsspec calls are not (shared/notes/registry.md, each reproduced):
+
+* fsspec ``LocalFileSystem.pipe_file(mode="create")`` checks, then writes:
+  several racing writers all "win".
+* a bare local ``open(path, "xb")`` is exclusive, but a writer killed mid-write
+  leaves a torn file at the final key.
+* s3fs ``open(path, "xb")`` with an empty body overwrites an existing key.
+
+So local writes go to a temporary file in the same directory, are fsynced and
+then ``os.link``-ed to the final name (atomic; ``FileExistsError`` if present),
+and S3 writes use ``pipe_file(mode="create")``, which sends
+``PutObject(IfNoneMatch="*")``: S3 answers 412 to every writer but one.
+Temporary files start with ``.tmp-`` and are invisible to readers.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Protocol
+
+import fsspec
+
+from registry._errors import RegistryError
+
+TMP_PREFIX = ".tmp-"
+
+
+class Storage(Protocol):
+    """Write-once key/value storage under one root; keys are '/'-separated."""
+
+    url: str
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key``; return False (writing nothing) if it already exists."""
+
+    def read(self, key: str) -> bytes:
+        """Return the bytes at ``key``; FileNotFoundError if absent."""
+
+    def exists(self, key: str) -> bool:
+        """Tell whether ``key`` exists."""
+
+    def list(self, prefix: str) -> list[str]:
+        """Return the names (not keys) directly under ``prefix``, sorted; [] if none."""
+
+
+class LocalStorage:
+    """A registry root on a local (or POSIX network) filesystem."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.url = str(root)
+        root.mkdir(parents=True, exist_ok=True)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Write via tmp + fsync + link so a crash never leaves a torn file at ``key``."""
+        final = self.root / key
+        if final.exists():
+            return False
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+        try:
+            with open(tmp, "xb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                return False
+            return True
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def read(self, key: str) -> bytes:
+        return (self.root / key).read_bytes()
+
+    def exists(self, key: str) -> bool:
+        return (self.root / key).exists()
+
+    def list(self, prefix: str) -> list[str]:
+        try:
+            names = os.listdir(self.root / prefix)
+        except FileNotFoundError:
+            return []
+        return sorted(name for name in names if not name.startswith(TMP_PREFIX))
+
+
+class S3Storage:
+    """A registry root under ``s3://bucket/prefix``, written with conditional puts.
+
+    The filesystem is created with the listings cache off: with it on, keys
+    created by another writer after an ``ls`` stay invisible to this one.
+    """
+
+    def __init__(self, url: str, storage_options: dict[str, object]) -> None:
+        self.url = url
+        fs, path = fsspec.url_to_fs(url, use_listings_cache=False, **storage_options)
+        self.fs = fs
+        self.base = path.rstrip("/")
+
+    def _path(self, key: str) -> str:
+        return f"{self.base}/{key}"
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        try:
+            self.fs.pipe_file(self._path(key), data, mode="create")
+        except FileExistsError:
+            return False
+        return True
+
+    def read(self, key: str) -> bytes:
+        data: bytes = self.fs.cat_file(self._path(key))
+        return data
+
+    def exists(self, key: str) -> bool:
+        return bool(self.fs.exists(self._path(key)))
+
+    def list(self, prefix: str) -> list[str]:
+        try:
+            paths = self.fs.ls(self._path(prefix), detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted(str(path).rstrip("/").rsplit("/", 1)[-1] for path in paths)
+
+
+def open_storage(url: str, storage_options: dict[str, object] | None = None) -> Storage:
+    """Return the storage for a registry URL: a local path, ``file://`` or ``s3://``.
+
+    Other fsspec backends are refused: the registry is only as safe as its
+    put-if-absent, and only these two have one that was verified.
+    """
+    if not url.strip():
+        raise RegistryError("registry URL is empty")
+    protocol, _, rest = url.partition("://")
+    if not rest:
+        return LocalStorage(Path(url).expanduser().resolve())
+    if protocol == "file":
+        return LocalStorage(Path(rest).expanduser().resolve())
+    if protocol in ("s3", "s3a"):
+        if not rest.strip("/"):
+            raise RegistryError(f"registry URL {url!r} names no bucket")
+        return S3Storage(f"s3://{rest}", storage_options or {})
+    raise RegistryError(
+        f"registry URL {url!r}: backend {protocol!r} is not supported "
+        "(use a local directory or s3://bucket/prefix)"
+    )

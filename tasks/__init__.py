@@ -1,0 +1,1 @@
+"""Prefect tasks and the pure logic they wrap (candidate execution, redaction, grading, sealing)."""
