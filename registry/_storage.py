@@ -138,8 +138,8 @@ def open_storage(url: str, storage_options: dict[str, object] | None = None) -> 
     """
     if not url.strip():
         raise RegistryError("registry URL is empty")
-    protocol, _, rest = url.partition("://")
-    if not rest:
+    protocol, separator, rest = url.partition("://")
+    if not separator:
         return LocalStorage(Path(url).expanduser().resolve())
     if protocol == "file":
         return LocalStorage(Path(rest).expanduser().resolve())

@@ -1,0 +1,29 @@
+"""Small helpers shared by test modules (not fixtures)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "examples" / "demo"
+
+
+def tribunal(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real console entry point in a child process, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-c", "from flows.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
+
+
+def copy_demo(target: Path) -> Path:
+    """Copy the demo experiment so a test may change it; return experiment.toml."""
+    shutil.copytree(DEMO, target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target / "experiment.toml"

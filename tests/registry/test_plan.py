@@ -1,0 +1,84 @@
+"""Plan freezing and re-validation (SPEC §3, §10)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from registry import PlanDrift, Registry, SpecError, freeze_experiment, load_plan
+from tests.helpers import copy_demo
+
+
+def test_two_freezes_give_identical_bytes(tmp_path: Path) -> None:
+    spec = copy_demo(tmp_path / "exp")
+    plan_a, bytes_a = freeze_experiment(spec, Registry.open(str(tmp_path / "reg-a")))
+    plan_b, bytes_b = freeze_experiment(spec, Registry.open(str(tmp_path / "reg-b")))
+    assert bytes_a == bytes_b
+    assert plan_a.plan_hash == plan_b.plan_hash
+
+
+def test_freeze_pins_every_input_and_appends_the_plan_once(tmp_path: Path) -> None:
+    spec = copy_demo(tmp_path / "exp")
+    registry = Registry.open(str(tmp_path / "reg"))
+    plan, data = freeze_experiment(spec, registry)
+    freeze_experiment(spec, registry)
+    [entry] = Registry.open(str(tmp_path / "reg")).entries(role="plan")
+    assert registry.get(entry.digest) == data
+    assert entry.experiment_id == "demo"
+    prompt = (tmp_path / "exp" / "cases" / "slugify" / "prompt.md").read_bytes()
+    assert registry.get(plan.cases[1].prompt_hash) == prompt
+    assert registry.get(plan.candidates[4].predictions_digest or "") == (tmp_path / "exp" / "preds.jsonl").read_bytes()
+    assert plan.experiment_dir == str((tmp_path / "exp").resolve())
+
+
+def test_a_changed_repo_changes_the_snapshot_and_the_plan(tmp_path: Path) -> None:
+    spec = copy_demo(tmp_path / "exp")
+    registry = Registry.open(str(tmp_path / "reg"))
+    before, _ = freeze_experiment(spec, registry)
+    (tmp_path / "exp" / "cases" / "slugify" / "repo" / "textutil.py").write_text("# changed\n")
+    after, _ = freeze_experiment(spec, registry)
+    assert before.cases[0].snapshot_digest == after.cases[0].snapshot_digest
+    assert before.cases[1].snapshot_digest != after.cases[1].snapshot_digest
+    assert before.plan_hash != after.plan_hash
+
+
+def test_attempt_ids_are_distinct_and_stable(tmp_path: Path) -> None:
+    spec = copy_demo(tmp_path / "exp")
+    plan, _ = freeze_experiment(spec, Registry.open(str(tmp_path / "reg")))
+    refs = list(plan.attempt_refs())
+    assert len(refs) == len(plan.cases) * len(plan.candidates) * plan.attempts
+    assert len({ref.attempt_id for ref in refs}) == len(refs)
+    assert refs == list(plan.attempt_refs())
+
+
+def test_a_drifted_plan_is_refused_with_both_hashes(tmp_path: Path) -> None:
+    """Attack: plan.json edited after freezing (here: more attempts) must not be accepted."""
+    spec = copy_demo(tmp_path / "exp")
+    plan, data = freeze_experiment(spec, Registry.open(str(tmp_path / "reg")))
+    body = json.loads(data)
+    body["attempts"] = 5
+    drifted = tmp_path / "plan.json"
+    drifted.write_text(json.dumps(body))
+    with pytest.raises(PlanDrift, match=f"expected plan_hash {plan.plan_hash}, bytes hash to sha256:"):
+        load_plan(drifted)
+
+
+def test_a_reformatted_but_equal_plan_still_loads(tmp_path: Path) -> None:
+    spec = copy_demo(tmp_path / "exp")
+    plan, data = freeze_experiment(spec, Registry.open(str(tmp_path / "reg")))
+    pretty = tmp_path / "plan.json"
+    pretty.write_text(json.dumps(json.loads(data), indent=2))
+    assert load_plan(pretty) == plan
+
+
+def test_a_plan_with_an_extra_field_is_refused(tmp_path: Path) -> None:
+    spec = copy_demo(tmp_path / "exp")
+    _, data = freeze_experiment(spec, Registry.open(str(tmp_path / "reg")))
+    body = json.loads(data)
+    body["note"] = "added"
+    target = tmp_path / "plan.json"
+    target.write_text(json.dumps(body))
+    with pytest.raises(SpecError, match="note: unknown key"):
+        load_plan(target)
