@@ -17,7 +17,8 @@ from registry._canonical import digest
 from registry._chain import Finding, Pin, check_commit_placement, check_entry_hashes, check_links, check_pins
 from registry._entry import ENTRY_SCHEMA
 from registry._errors import ManifestCorrupt
-from registry._manifest import LOG_DIR, Head, commit_key, decode_table, list_segments, segment_key
+from registry._manifest import LOG_DIR, READ_BATCH, Head, commit_key, decode_table, list_segments, segment_key
+from registry._objects import object_key
 from registry._registry import Registry
 
 
@@ -50,13 +51,16 @@ def _all_commit_versions(registry: Registry) -> list[int]:
 
 def _read_commits(registry: Registry, findings: list[Finding]) -> list[tuple[int, pa.Table]]:
     commits = []
-    for version in _all_commit_versions(registry):
-        try:
-            table = decode_table(registry.storage.read(commit_key(version)), commit_key(version))
-        except ManifestCorrupt as error:
-            findings.append(Finding(kind="commit-unreadable", version=version, message=str(error)))
-            continue
-        commits.append((version, table.replace_schema_metadata(None)))
+    versions = _all_commit_versions(registry)
+    for start in range(0, len(versions), READ_BATCH):
+        batch = versions[start : start + READ_BATCH]
+        for version, data in zip(batch, registry.storage.read_many([commit_key(v) for v in batch]), strict=True):
+            try:
+                table = decode_table(data or b"", commit_key(version))
+            except ManifestCorrupt as error:
+                findings.append(Finding(kind="commit-unreadable", version=version, message=str(error)))
+                continue
+            commits.append((version, table.replace_schema_metadata(None)))
     return commits
 
 
@@ -81,15 +85,17 @@ def _check_segments(registry: Registry, commits: list[tuple[int, pa.Table]]) -> 
 
 def _check_objects(registry: Registry, table: pa.Table) -> tuple[int, list[Finding]]:
     findings = []
-    stored = set()
-    for object_digest in registry.objects.digests():
-        stored.add(object_digest)
-        if digest(registry.objects.read_raw(object_digest)) != object_digest:
-            findings.append(
-                Finding(kind="object-corrupt", digest=object_digest, message=f"object {object_digest}: bytes do not match the address")
-            )
+    stored = list(registry.objects.digests())
+    for start in range(0, len(stored), READ_BATCH):
+        batch = stored[start : start + READ_BATCH]
+        for object_digest, data in zip(batch, registry.storage.read_many([object_key(d) for d in batch]), strict=True):
+            if data is None or digest(data) != object_digest:
+                findings.append(
+                    Finding(kind="object-corrupt", digest=object_digest, message=f"object {object_digest}: bytes do not match the address")
+                )
+    present = set(stored)
     for seq, object_digest in zip(table.column("seq").to_pylist(), table.column("digest").to_pylist(), strict=True):
-        if object_digest not in stored:
+        if object_digest not in present:
             findings.append(
                 Finding(kind="object-missing", seq=seq, digest=object_digest, message=f"seq {seq} names object {object_digest}, which is not stored")
             )

@@ -55,7 +55,3 @@ class ObjectStore:
         for fan_out in self.storage.list(OBJECTS_DIR):
             for name in self.storage.list(f"{OBJECTS_DIR}/{fan_out}"):
                 yield DIGEST_PREFIX + name
-
-    def read_raw(self, object_digest: str) -> bytes:
-        """Return stored bytes without verification (doctor compares them itself)."""
-        return self.storage.read(object_key(object_digest))

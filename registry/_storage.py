@@ -43,6 +43,9 @@ class Storage(Protocol):
     def read(self, key: str) -> bytes:
         """Return the bytes at ``key``; FileNotFoundError if absent."""
 
+    def read_many(self, keys: list[str]) -> list[bytes | None]:
+        """Return the bytes of each key, None where absent (S3: fetched concurrently)."""
+
     def exists(self, key: str) -> bool:
         """Tell whether ``key`` exists."""
 
@@ -81,6 +84,15 @@ class LocalStorage:
     def read(self, key: str) -> bytes:
         return (self.root / key).read_bytes()
 
+    def read_many(self, keys: list[str]) -> list[bytes | None]:
+        found: list[bytes | None] = []
+        for key in keys:
+            try:
+                found.append(self.read(key))
+            except FileNotFoundError:
+                found.append(None)
+        return found
+
     def exists(self, key: str) -> bool:
         return (self.root / key).exists()
 
@@ -118,6 +130,21 @@ class S3Storage:
     def read(self, key: str) -> bytes:
         data: bytes = self.fs.cat_file(self._path(key))
         return data
+
+    def read_many(self, keys: list[str]) -> list[bytes | None]:
+        """One concurrent batch per call: each key is a request, so latency, not bytes, dominates."""
+        paths = [self._path(key) for key in keys]
+        fetched = self.fs.cat(paths, on_error="return") if paths else {}
+        found: list[bytes | None] = []
+        for path in paths:
+            value = fetched.get(path)
+            if isinstance(value, FileNotFoundError) or value is None:
+                found.append(None)
+            elif isinstance(value, BaseException):
+                raise value
+            else:
+                found.append(value)
+        return found
 
     def exists(self, key: str) -> bool:
         return bool(self.fs.exists(self._path(key)))
