@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR := .demo
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export PREFECT_HOME ?= $(abspath $(DEMO_DIR))/prefect-home
 
 .PHONY: demo test bench clean
 
@@ -19,6 +20,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	$(BIN)/tribunal plan freeze examples/demo/experiment.toml -o $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
+	$(BIN)/tribunal run --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --config examples/demo/tribunal.toml
+	$(BIN)/tribunal report --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
 	$(BIN)/tribunal doctor --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
 
 test: $(STAMP)

@@ -9,28 +9,40 @@ mistake.
 
 from __future__ import annotations
 
+import io
+import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import MofNCompleteColumn, Progress
 from rich.table import Table
 
 from registry import (
     DoctorReport,
+    ManifestCorrupt,
     Pin,
     Registry,
     TribunalError,
     UsageError,
     canonical_json,
     check_registry,
+    find_config,
     freeze_experiment,
+    load_config,
     is_digest,
     load_plan,
     resolve_registry_url,
 )
+
+from tasks.audit import audit_receipts
+
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 app = typer.Typer(
     name="tribunal",
@@ -50,6 +62,10 @@ RegistryOption = Annotated[
     typer.Option("--registry", help="Registry root: a directory or s3://bucket/prefix (default: $TRIBUNAL_REGISTRY)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", help="tribunal.toml (default: $TRIBUNAL_CONFIG, else ./tribunal.toml)."),
+]
 
 
 def open_registry(option: str | None) -> Registry:
@@ -111,19 +127,106 @@ def doctor(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Verify the manifest chain, every object and every segment; exit 1 on any finding."""
+    """Verify the manifest chain, objects, segments and grader receipts; exit 1 on any finding."""
     pins = [parse_pin(text) for text in pin or []]
     if plan is not None:
         load_plan(plan)
     store = open_registry(registry)
     with err.status("checking the registry..."):
         report = check_registry(store, pins)
+        try:
+            receipts = audit_receipts(store)
+        except ManifestCorrupt:
+            receipts = []  # the chain findings above already say why the manifest cannot be read
+        report = report.model_copy(update={"findings": report.findings + receipts})
     if as_json:
         print_json({**report.model_dump(mode="json"), "clean": report.clean})
     else:
         render_doctor(report)
     if not report.clean:
         raise typer.Exit(1)
+
+
+@app.command()
+def run(
+    plan: Annotated[Path, typer.Option("--plan", help="Frozen plan.json.")],
+    registry: RegistryOption = None,
+    config: ConfigOption = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Batches of attempts run at once.")] = 2,
+    as_json: JsonOption = False,
+) -> None:
+    """Run the evaluate flow over every attempt of the plan (resumes where it stopped)."""
+    url = resolve_registry_url(registry)
+    frozen = load_plan(plan)
+    config_path = find_config(str(config) if config else None)
+    load_config(config_path)
+    total = sum(1 for _ in frozen.attempt_refs())
+    from flows.evaluate import evaluate
+    from tasks.progress import listening
+
+    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=err, disable=as_json) as bar:
+        task = bar.add_task(f"evaluating {frozen.experiment}", total=total)
+        with listening(lambda _status, count: bar.advance(task, count)):
+            summary = evaluate(plan_path=str(plan), registry_url=url, config_path=str(config_path),
+                               concurrency=concurrency)
+    if as_json:
+        print_json(summary.model_dump(mode="json"))
+    else:
+        out.print(f"{summary.attempts} attempts: {summary.ran} ran, {summary.resumed} graded from retained "
+                  f"evidence, {summary.skipped} already sealed; {summary.resolved} resolved")
+        render_report(summary.report)
+    for message in summary.stopped:
+        err.print(f"[red]stopped:[/] {escape(message)}")
+    if summary.stopped:
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    plan: Annotated[Path, typer.Option("--plan", help="Frozen plan.json.")],
+    registry: RegistryOption = None,
+    format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write to a file instead of stdout.")] = None,
+) -> None:
+    """Report the current verdict of every attempt and pass rates per candidate."""
+    if format not in ("table", "json"):
+        raise UsageError(f"--format {format!r}: choose table or json")
+    frozen = load_plan(plan)
+    from tasks.report import build_report
+
+    built = build_report(open_registry(registry), frozen)
+    if output is not None:
+        text = canonical_json(built).decode() if format == "json" else _table_text(built)
+        output.write_text(text + "\n")
+        out.print(f"report {built['report_digest']} -> {output}")
+    elif format == "json":
+        print_json(built)
+    else:
+        render_report(built)
+
+
+def _table_text(built: dict[str, Any]) -> str:
+    console = Console(record=True, width=160, file=io.StringIO())
+    render_report(built, console)
+    return console.export_text()
+
+
+def render_report(built: dict[str, Any], console: Console | None = None) -> None:
+    """Print attempts and per-candidate pass rates of a report."""
+    console = console or out
+    attempts = Table("case", "candidate", "#", "verdict", "grader", title=f"{built['experiment']} ({built['layer']})")
+    for item in built["attempts"]:
+        grader = f"{item['grader_id']}@{item['grader_version']}" if item["grader_id"] else "-"
+        style = "green" if item["resolved"] else "red" if item["terminal_class"] != "pending" else "dim"
+        attempts.add_row(item["case_id"], item["candidate_id"], str(item["index"]),
+                         f"[{style}]{item['terminal_class']}[/]", grader)
+    console.print(attempts)
+    rates = Table("candidate", "attempts", "graded", "resolved", "pass rate", title="pass rate per candidate")
+    for name, tally in built["summary"]["candidates"].items():
+        rate = "-" if tally["pass_rate"] is None else f"{100 * tally['pass_rate']:.0f}%"
+        rates.add_row(name, str(tally["attempts"]), str(tally["graded"]), str(tally["resolved"]), rate)
+    console.print(rates)
+    console.print(f"report {built['report_digest']} at manifest head {built['manifest_head']}")
 
 
 def render_doctor(report: DoctorReport) -> None:

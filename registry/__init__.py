@@ -24,11 +24,33 @@ from registry._errors import (
 )
 from registry._freeze import freeze_experiment
 from registry._manifest import Head
-from registry._plan import AttemptRef, Plan, PlanCandidate, PlanCase, attempt_id, load_plan
-from registry._records import GraderReceipt, GraderResult, Role
+from registry._plan import AttemptRef, Plan, PlanCandidate, PlanCase, attempt_id, load_plan, plan_bytes
+from registry._records import (
+    AttemptContract,
+    AttemptSummary,
+    BlindedContract,
+    CandidateResult,
+    ExperimentRecord,
+    GraderInput,
+    GraderReceipt,
+    GraderResult,
+    ObservedIdentity,
+    RedactionReceipt,
+    Role,
+    TerminalEvidence,
+)
 from registry._registry import Registry, resolve_registry_url
 
 __all__ = [
+    "AttemptContract",
+    "AttemptSummary",
+    "BlindedContract",
+    "CandidateResult",
+    "ExperimentRecord",
+    "GraderInput",
+    "ObservedIdentity",
+    "RedactionReceipt",
+    "TerminalEvidence",
     "AttemptRef",
     "CandidateEnv",
     "CanonicalJsonError",
@@ -70,5 +92,6 @@ __all__ = [
     "is_digest",
     "load_config",
     "load_plan",
+    "plan_bytes",
     "resolve_registry_url",
 ]

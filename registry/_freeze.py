@@ -15,6 +15,7 @@ from registry._archive import archive_tree
 from registry._entry import NewEntry
 from registry._errors import SpecError
 from registry._models import read_toml
+from registry._predictions import parse_predictions
 from registry._plan import PLAN_SCHEMA, ExperimentSpec, Plan, compute_plan_hash, load_spec, plan_bytes
 from registry._registry import Registry
 
@@ -39,6 +40,7 @@ def _inputs(spec_path: Path, spec: ExperimentSpec) -> dict[str, Path]:
                 raise SpecError(
                     f"{spec_path}: candidate[{i}].predictions: file {candidate.predictions!r} not found"
                 )
+            parse_predictions(predictions.read_bytes(), f"{spec_path}: candidate[{i}].predictions")
             found[f"candidate[{i}].predictions"] = predictions
     return found
 

@@ -45,6 +45,8 @@ class GraderResult(Strict):
     required: bool
     passed: bool
     evidence_hash: Digest
+    failure: str | None = None
+    """Why grading failed closed (None when the grader answered); kept for the taxonomy."""
 
 
 class GraderReceipt(Strict):
@@ -61,3 +63,116 @@ class GraderReceipt(Strict):
     output_hash: Digest
     result_hash: Digest
     integrity_hash: Digest
+
+
+class AttemptContract(Strict):
+    """What one attempt is: the plan's pinned inputs for (case, candidate, index)."""
+
+    schema_version: Literal["tribunal.attempt_contract.v1"] = "tribunal.attempt_contract.v1"
+    attempt_id: Digest
+    plan_hash: Digest
+    experiment: str
+    case_id: str
+    candidate_id: str
+    index: int
+    snapshot_digest: Digest
+    prompt_hash: Digest
+    grader_profile: str
+    judge: str | None
+    candidate_kind: str
+    planned_provider: str
+    planned_model: str
+
+
+class ObservedIdentity(Strict):
+    """Who the candidate says it was ($TRIBUNAL_REPORT_FILE or the predictions file)."""
+
+    provider: str | None = None
+    model: str | None = None
+
+
+class TerminalEvidence(Strict):
+    """How the candidate run ended, and what it reported about itself."""
+
+    schema_version: Literal["tribunal.terminal_evidence.v1"] = "tribunal.terminal_evidence.v1"
+    attempt_id: Digest
+    status: Literal["completed", "failed", "timeout"]
+    exit_code: int | None
+    started: str
+    ended: str
+    duration_s: float
+    observed: ObservedIdentity
+    session_ids: list[str]
+    cost_usd: float | None
+    reason: str | None = None
+
+
+class CandidateResult(Strict):
+    """The normalized candidate outcome the verdict rule reads."""
+
+    schema_version: Literal["tribunal.candidate_result.v1"] = "tribunal.candidate_result.v1"
+    attempt_id: Digest
+    succeeded: bool
+    harness_valid: bool
+    reason: str | None
+    transcript_digest: Digest
+    patch_digest: Digest
+    terminal_evidence_digest: Digest
+
+
+class RedactionReceipt(Strict):
+    """Proof that redaction ran: how many patterns, how many replacements, clean."""
+
+    schema_version: Literal["tribunal.redaction_receipt.v1"] = "tribunal.redaction_receipt.v1"
+    attempt_id: Digest
+    patterns_run: int
+    replacements: dict[str, int]
+    clean: bool
+
+
+class BlindedContract(Strict):
+    """The attempt contract as a grader may see it: hashes and a scoring id, no candidate."""
+
+    case_id: str
+    snapshot_digest: Digest
+    prompt_hash: Digest
+    scoring_id: Digest
+
+
+class GraderInput(Strict):
+    """The one canonical JSON document a grader reads on stdin."""
+
+    schema_version: Literal["tribunal.grader_input.v1"] = "tribunal.grader_input.v1"
+    contract: BlindedContract
+    grader_profile: str
+    candidate_succeeded: bool
+    patch_digest: Digest
+    terminal_evidence_digest: Digest
+    patch: str
+
+
+class AttemptSummary(Strict):
+    """One attempt's line in the experiment record."""
+
+    attempt_id: Digest
+    case_id: str
+    candidate_id: str
+    index: int
+    terminal_class: str
+    resolved: bool
+    grader_id: str
+    grader_version: str
+    generation: int
+    receipt_digest: Digest
+    evidence: dict[str, Digest]
+
+
+class ExperimentRecord(Strict):
+    """The canonical summary of an experiment at a manifest head."""
+
+    schema_version: Literal["tribunal.experiment_record.v1"] = "tribunal.experiment_record.v1"
+    experiment: str
+    plan_hash: Digest
+    attempts: list[AttemptSummary]
+    resolved: int
+    manifest_head: str | None

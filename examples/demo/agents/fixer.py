@@ -5,6 +5,6 @@ import sys
 from fixes import CORRECT, apply, report
 
 prompt = sys.stdin.read()
-session = report("local", "fixer-1", 0.002)
+session = report("demo-labs", "fixer-1", 0.002)
 changed = apply(CORRECT)
 print(f"[{session}] read a {len(prompt)}-character prompt; rewrote {', '.join(changed) or 'nothing'}")

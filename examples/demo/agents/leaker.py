@@ -9,7 +9,7 @@ from pathlib import Path
 from fixes import CORRECT, apply, report
 
 sys.stdin.read()
-session = report("local", "leaky-model-7", 0.004)
+session = report("demo-labs", "leaky-model-7", 0.004)
 print("using credentials AKIAIOSFODNN7EXAMPLE from the environment")
 print(f"hello from leaky-model-7, candidate agent-leaky, session {session}")
 changed = apply(CORRECT)

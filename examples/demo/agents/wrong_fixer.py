@@ -5,6 +5,6 @@ import sys
 from fixes import WRONG, apply, report
 
 sys.stdin.read()
-session = report("local", "hasty-1", 0.001)
+session = report("demo-labs", "hasty-1", 0.001)
 changed = apply(WRONG)
 print(f"[{session}] patched {', '.join(changed) or 'nothing'}; looks fine to me")

@@ -1,0 +1,120 @@
+"""The ``evaluate`` flow: candidate -> redaction -> grading -> sealing (SPEC §5).
+
+The flow only wires tasks. It reads the manifest first to resume: sealed
+attempts are skipped, retained ones are graded from their stored evidence,
+the rest run from scratch. Attempts go to tasks in batches (see
+``tasks/steps.py`` for why), ``concurrency`` batches at a time on a bounded
+thread pool.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tempfile
+from pathlib import Path
+from typing import TypeVar
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.futures import PrefectFuture
+from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import BaseModel, ConfigDict
+
+from registry import NewEntry, Registry, Role, find_config, load_config, load_plan, plan_bytes
+from tasks.attempts import attempt_states, load_retained, make_contract
+from tasks.progress import attempt_done
+from tasks.report import build_report, seal_experiment_record
+from tasks.steps import execute_candidates, grade_attempts, redact_and_retain
+
+MAX_BATCH = 25
+T = TypeVar("T")
+
+
+class EvaluateSummary(BaseModel):
+    """What one evaluate run did."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    experiment: str
+    plan_hash: str
+    attempts: int
+    skipped: int
+    resumed: int
+    ran: int
+    stopped: list[str]
+    resolved: int
+    report: dict[str, object]
+
+
+def batches(items: list[T], concurrency: int) -> list[list[T]]:
+    """Split work so every worker gets some, in batches of at most MAX_BATCH."""
+    if not items:
+        return []
+    size = min(MAX_BATCH, math.ceil(len(items) / max(1, concurrency)))
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
+def artifact_key(prefix: str, experiment: str) -> str:
+    """Prefect artifact keys allow lowercase letters, digits and dashes only."""
+    return f"{prefix}-" + re.sub(r"[^a-z0-9-]+", "-", experiment.lower()).strip("-")
+
+
+def run_name() -> str:
+    """Name the run after what it evaluates (the plan's experiment)."""
+    try:
+        return f"evaluate-{load_plan(Path(flow_run.parameters['plan_path'])).experiment}"
+    except Exception:  # naming must never fail a run; the flow itself reports a bad plan
+        return "evaluate"
+
+
+@flow(name="evaluate", flow_run_name=run_name, log_prints=False)
+def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, concurrency: int = 2) -> EvaluateSummary:
+    """Evaluate every attempt of a frozen plan and seal the verdicts."""
+    logger = get_run_logger()
+    plan = load_plan(Path(plan_path))
+    config = load_config(find_config(config_path))
+    registry = Registry.open(registry_url)
+    data = plan_bytes(plan)
+    registry.append([NewEntry(txn=f"plan:{plan.plan_hash}", role=Role.PLAN.value, experiment_id=plan.experiment,
+                              digest=registry.put(data), size=len(data))])
+    states = attempt_states(registry, plan.experiment)
+    refs = list(plan.attempt_refs())
+    sealed = [ref for ref in refs if ref.attempt_id in states and states[ref.attempt_id].sealed]
+    retained = [ref for ref in refs if ref.attempt_id in states and states[ref.attempt_id].retained and ref not in sealed]
+    fresh = [ref for ref in refs if ref not in sealed and ref not in retained]
+    logger.info("%d attempts: %d sealed, %d to grade from evidence, %d to run", len(refs), len(sealed), len(retained), len(fresh))
+    progress = create_progress_artifact(progress=100.0 * len(sealed) / max(1, len(refs)), key=artifact_key("evaluate", plan.experiment),
+                                        description=f"evaluate {plan.experiment}: attempts sealed")
+    attempt_done("already sealed", len(sealed))
+    stopped: list[str] = []
+    finished = len(sealed)
+    with tempfile.TemporaryDirectory(prefix="tribunal-") as scratch_dir, \
+            ThreadPoolTaskRunner(max_workers=max(1, concurrency)) as runner:
+        scratch = Path(scratch_dir)
+        shared = {"config": config, "registry": registry}
+        work: list[tuple[int, PrefectFuture[list[str]]]] = []
+        for batch in batches(fresh, concurrency):
+            contracts = [make_contract(plan, ref) for ref in batch]
+            ran = runner.submit(execute_candidates, {"contracts": contracts, "plan": plan, "scratch": scratch, **shared})
+            kept = runner.submit(redact_and_retain, {"runs": ran, **shared})
+            work.append((len(batch), runner.submit(grade_attempts, {"retained": kept, "scratch": scratch, **shared})))
+        for batch in batches(retained, concurrency):
+            evidence = [load_retained(registry, states[ref.attempt_id]) for ref in batch]
+            work.append((len(batch), runner.submit(grade_attempts, {"retained": evidence, "scratch": scratch, **shared})))
+        for size, future in work:
+            stopped += future.result()
+            finished += size
+            update_progress_artifact(progress, progress=100.0 * finished / max(1, len(refs)))
+    record = seal_experiment_record(registry, plan)
+    report = build_report(registry, plan)
+    create_table_artifact(
+        [{"candidate": name, **tally} for name, tally in report["summary"]["candidates"].items()],  # type: ignore[index, union-attr]
+        key=artifact_key("results", plan.experiment),
+        description=f"{plan.experiment}: pass rate per candidate (report {report['report_digest']})",
+    )
+    return EvaluateSummary(
+        experiment=plan.experiment, plan_hash=plan.plan_hash, attempts=len(refs), skipped=len(sealed),
+        resumed=len(retained), ran=len(fresh), stopped=stopped, resolved=record.resolved, report=report,
+    )

@@ -1,0 +1,154 @@
+"""One attempt's records: contracts, resume state, grading and sealing. No Prefect here.
+
+Resume works from the manifest alone: an attempt with a grader receipt is
+sealed (skipped); one with its candidate-side commit but no receipt is
+retained (graded from the stored evidence, the candidate is not run again);
+anything else starts fresh. Every append carries a txn, so a retried step
+returns what is already recorded instead of recording it twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry import (
+    AttemptContract,
+    AttemptRef,
+    AttemptSummary,
+    BlindedContract,
+    CandidateResult,
+    Config,
+    GraderInput,
+    GraderReceipt,
+    GraderResult,
+    ManifestEntry,
+    NewEntry,
+    Plan,
+    Registry,
+    Role,
+    digest_json,
+)
+from tasks.grading import Grading, grade
+from tasks.retain import RetainedAttempt, txn
+from tasks.verdict import terminal_class
+
+GRADING_ROLES = (Role.GRADER_INPUT, Role.GRADER_OUTPUT, Role.GRADER_RESULT, Role.GRADER_RECEIPT)
+
+
+def make_contract(plan: Plan, ref: AttemptRef) -> AttemptContract:
+    """Return the attempt contract of one (case, candidate, index) of the plan."""
+    case = next(c for c in plan.cases if c.id == ref.case_id)
+    candidate = next(c for c in plan.candidates if c.id == ref.candidate_id)
+    return AttemptContract(
+        attempt_id=ref.attempt_id, plan_hash=plan.plan_hash, experiment=plan.experiment, case_id=case.id,
+        candidate_id=candidate.id, index=ref.index, snapshot_digest=case.snapshot_digest,
+        prompt_hash=case.prompt_hash, grader_profile=case.grader_profile, judge=case.judge,
+        candidate_kind=candidate.kind, planned_provider=candidate.provider, planned_model=candidate.model,
+    )
+
+
+def scoring_id(attempt_id: str) -> str:
+    """The id a grader or judge sees instead of anything naming the candidate."""
+    return digest_json(["scoring", attempt_id])
+
+
+def grader_input_for(retained: RetainedAttempt) -> GraderInput:
+    """Build the blinded grader input: hashes, a scoring id and the redacted patch."""
+    contract, result = retained.contract, retained.result
+    return GraderInput(
+        contract=BlindedContract(
+            case_id=contract.case_id, snapshot_digest=contract.snapshot_digest,
+            prompt_hash=contract.prompt_hash, scoring_id=scoring_id(contract.attempt_id),
+        ),
+        grader_profile=contract.grader_profile,
+        candidate_succeeded=result.succeeded,
+        patch_digest=result.patch_digest,
+        terminal_evidence_digest=result.terminal_evidence_digest,
+        patch=retained.patch.decode("utf-8", errors="replace"),
+    )
+
+
+@dataclass(frozen=True)
+class AttemptState:
+    """What the manifest holds for one attempt."""
+
+    entries: dict[str, ManifestEntry]
+
+    @property
+    def sealed(self) -> bool:
+        return Role.GRADER_RECEIPT in self.entries
+
+    @property
+    def retained(self) -> bool:
+        return Role.CANDIDATE_RESULT in self.entries
+
+
+def attempt_states(registry: Registry, experiment: str) -> dict[str, AttemptState]:
+    """Return the newest entry per role for every attempt of an experiment."""
+    by_attempt: dict[str, dict[str, ManifestEntry]] = defaultdict(dict)
+    for entry in registry.entries(experiment_id=experiment):
+        if entry.attempt_id is not None:
+            by_attempt[entry.attempt_id][entry.role] = entry
+    return {attempt: AttemptState(entries) for attempt, entries in by_attempt.items()}
+
+
+def load_retained(registry: Registry, state: AttemptState) -> RetainedAttempt:
+    """Rebuild a retained attempt from its stored (redacted) evidence."""
+    contract = AttemptContract.model_validate(json.loads(registry.get(state.entries[Role.ATTEMPT_CONTRACT].digest)))
+    result = CandidateResult.model_validate(json.loads(registry.get(state.entries[Role.CANDIDATE_RESULT].digest)))
+    return RetainedAttempt(contract=contract, result=result, patch=registry.get(result.patch_digest))
+
+
+def store_grading(registry: Registry, contract: AttemptContract, grading: Grading, generation: int, step: str) -> None:
+    """Store the four grading records and append them as one commit."""
+    stored = {
+        Role.GRADER_INPUT: grading.input_bytes,
+        Role.GRADER_OUTPUT: grading.output_bytes,
+        Role.GRADER_RESULT: grading.result_bytes,
+        Role.GRADER_RECEIPT: grading.receipt_bytes,
+    }
+    registry.append(
+        [
+            NewEntry(
+                txn=txn(contract.attempt_id, f"{step}:{role.value}"), role=role.value,
+                experiment_id=contract.experiment, attempt_id=contract.attempt_id, digest=registry.put(data),
+                size=len(data), generation=generation, grader_id=grading.result.grader_id,
+                grader_version=grading.result.grader_version,
+            )
+            for role, data in stored.items()
+        ]
+    )
+
+
+def grade_retained(retained: RetainedAttempt, config: Config, registry: Registry, scratch: Path) -> GraderResult:
+    """Grade a retained attempt (generation 1) and seal it."""
+    contract = retained.contract
+    grading = grade(
+        attempt_id=contract.attempt_id, profile_name=contract.grader_profile, config=config,
+        grader_input=grader_input_for(retained), snapshot=registry.get(contract.snapshot_digest),
+        patch=retained.patch, scratch=scratch,
+    )
+    store_grading(registry, contract, grading, generation=1, step="grading")
+    return grading.result
+
+
+def summarize(registry: Registry, state: AttemptState) -> AttemptSummary:
+    """The current verdict of a sealed attempt, from its newest receipt and result."""
+    contract = AttemptContract.model_validate(json.loads(registry.get(state.entries[Role.ATTEMPT_CONTRACT].digest)))
+    candidate = CandidateResult.model_validate(json.loads(registry.get(state.entries[Role.CANDIDATE_RESULT].digest)))
+    receipt_entry = state.entries[Role.GRADER_RECEIPT]
+    receipt = GraderReceipt.model_validate(json.loads(registry.get(receipt_entry.digest)))
+    result = GraderResult.model_validate(json.loads(registry.get(state.entries[Role.GRADER_RESULT].digest)))
+    verdict = terminal_class(
+        harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded, grader_results=[result]
+    )
+    return AttemptSummary(
+        attempt_id=contract.attempt_id, case_id=contract.case_id, candidate_id=contract.candidate_id,
+        index=contract.index, terminal_class=verdict, resolved=verdict == "resolved",
+        grader_id=receipt.grader_id, grader_version=receipt.grader_version,
+        generation=receipt_entry.generation or 1, receipt_digest=receipt_entry.digest,
+        evidence={role: entry.digest for role, entry in sorted(state.entries.items())},
+    )

@@ -1,0 +1,93 @@
+"""Retaining a candidate run: redact, prove it, then store (SPEC §5.1-§5.2).
+
+The order is the guarantee: nothing of an attempt reaches the registry until
+its transcript and patch were scrubbed and re-scanned. The six candidate-side
+records are appended as one commit, so a crash leaves either all of them or
+none -- which is what lets a rerun tell "half-done" (retained, not graded)
+from "not started".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from registry import (
+    AttemptContract,
+    CandidateResult,
+    Config,
+    NewEntry,
+    RedactionReceipt,
+    Registry,
+    Role,
+    canonical_json,
+)
+from tasks.candidate import CandidateRun
+from tasks.redaction import Pattern, build_patterns, redact_artifacts, rescan, scrub
+
+
+@dataclass(frozen=True)
+class RetainedAttempt:
+    """The candidate-side evidence of one attempt as stored (redacted)."""
+
+    contract: AttemptContract
+    result: CandidateResult
+    patch: bytes
+
+
+def txn(attempt_id: str, step: str) -> str:
+    """The idempotency key of one evaluate step of one attempt."""
+    return f"evaluate:{attempt_id}:{step}"
+
+
+def _scrub_strings(value: Any, patterns: list[Pattern]) -> Any:
+    if isinstance(value, str):
+        return scrub(value, patterns)[0]
+    if isinstance(value, list):
+        return [_scrub_strings(item, patterns) for item in value]
+    if isinstance(value, dict):
+        return {key: _scrub_strings(item, patterns) for key, item in value.items()}
+    return value
+
+
+def retain_candidate(run: CandidateRun, config: Config, registry: Registry) -> RetainedAttempt:
+    """Redact a run, store its evidence, and append the candidate-side records in one commit."""
+    patterns = build_patterns(config.redaction.patterns, run.identity_strings())
+    clean, tally = redact_artifacts({"transcript": run.transcript, "patch": run.patch}, patterns)
+    # Terminal evidence exists to record who ran (observed identity, sessions), so
+    # only secrets are scrubbed from it; the evidence receipt binds it, judges never see it.
+    secrets = build_patterns(config.redaction.patterns, {})
+    terminal_bytes = canonical_json(_scrub_strings(run.terminal.model_dump(mode="json"), secrets))
+    rescan("terminal evidence", terminal_bytes.decode(), secrets)
+    contract = run.contract
+    attempt = contract.attempt_id
+    receipt = RedactionReceipt(attempt_id=attempt, patterns_run=len(patterns), replacements=tally, clean=True)
+    stored = {
+        Role.ATTEMPT_CONTRACT: canonical_json(contract.model_dump(mode="json")),
+        Role.TRANSCRIPT: clean["transcript"],
+        Role.PATCH: clean["patch"],
+        Role.TERMINAL_EVIDENCE: terminal_bytes,
+        Role.REDACTION_RECEIPT: canonical_json(receipt.model_dump(mode="json")),
+    }
+    digests = {role: registry.put(data) for role, data in stored.items()}
+    result = CandidateResult(
+        attempt_id=attempt,
+        succeeded=run.succeeded,
+        harness_valid=run.harness_valid,
+        reason=scrub(run.reason, patterns)[0] if run.reason else None,
+        transcript_digest=digests[Role.TRANSCRIPT],
+        patch_digest=digests[Role.PATCH],
+        terminal_evidence_digest=digests[Role.TERMINAL_EVIDENCE],
+    )
+    stored[Role.CANDIDATE_RESULT] = canonical_json(result.model_dump(mode="json"))
+    digests[Role.CANDIDATE_RESULT] = registry.put(stored[Role.CANDIDATE_RESULT])
+    registry.append(
+        [
+            NewEntry(
+                txn=txn(attempt, role.value), role=role.value, experiment_id=contract.experiment,
+                attempt_id=attempt, digest=digests[role], size=len(stored[role]),
+            )
+            for role in stored
+        ]
+    )
+    return RetainedAttempt(contract=contract, result=result, patch=clean["patch"])

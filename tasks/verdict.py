@@ -1,0 +1,31 @@
+"""The verdict rule (SPEC §5.5). Pure: resolution is an intersection, never a rescue.
+
+resolved <=> harness valid AND candidate succeeded AND every required grader passed.
+A run whose harness was invalid (the wrong model answered) is not a candidate
+failure but an invalid measurement, so it is classified first; a failed
+candidate keeps its failure whatever a grader says; and an empty set of
+required graders fails closed -- "nothing checked it" is never a pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from registry import GraderResult
+
+TerminalClass = Literal["resolved", "candidate_failure", "harness_invalid", "grader_failure", "judge_failure"]
+
+
+def terminal_class(
+    *, harness_valid: bool, candidate_succeeded: bool, grader_results: Sequence[GraderResult]
+) -> TerminalClass:
+    """Classify one attempt from the candidate side's facts and the graders' booleans."""
+    if not harness_valid:
+        return "harness_invalid"
+    if not candidate_succeeded:
+        return "candidate_failure"
+    required = [result for result in grader_results if result.required]
+    if not required or not all(result.passed for result in required):
+        return "grader_failure"
+    return "resolved"

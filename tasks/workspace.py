@@ -1,0 +1,101 @@
+"""Fresh workspaces: a case snapshot as a git checkout, the patch a run left, applying it.
+
+Each case snapshot is unpacked and committed once per process into a
+template; every attempt gets a copy of that template (new files, its own
+``.git``), so no attempt can see another's leftovers. ``git`` runs with no
+user or system config (``HOME`` is a temp dir, ``GIT_CONFIG_NOSYSTEM=1``) so
+an operator's hooks or aliases cannot change a patch.
+
+The patch is ``git add -A`` + ``git diff --cached --binary``: new untracked
+files and binary changes included. If no file's size or mtime changed, the
+patch is empty without running git (the same stat heuristic git's index uses).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+from pathlib import Path
+
+from registry import RegistryError
+
+GIT_IDENTITY = ["-c", "user.name=tribunal", "-c", "user.email=tribunal@localhost", "-c", "commit.gpgsign=false"]
+_templates: dict[str, Path] = {}
+_templates_lock = threading.Lock()
+
+
+class WorkspaceError(RegistryError):
+    """A snapshot could not be materialized or a patch could not be made or applied."""
+
+
+def git_env(home: Path) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_TERMINAL_PROMPT": "0",
+        "LC_ALL": "C",
+    }
+
+
+def git(args: list[str], cwd: Path, stdin: bytes = b"") -> bytes:
+    """Run git with a clean environment; raise WorkspaceError with its message on failure."""
+    result = subprocess.run(
+        ["git", *GIT_IDENTITY, *args], cwd=cwd, input=stdin, capture_output=True, env=git_env(cwd), check=False
+    )
+    if result.returncode != 0:
+        raise WorkspaceError(f"git {args[0]} failed: {result.stderr.decode(errors='replace').strip()[:500]}")
+    return result.stdout
+
+
+def _stats(root: Path) -> dict[str, tuple[int, int, int]]:
+    found = {}
+    for directory, dirnames, filenames in os.walk(root):
+        if directory == str(root):
+            dirnames[:] = [name for name in dirnames if name != ".git"]
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(directory, d))]:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            found[os.path.relpath(path, root)] = (info.st_size, info.st_mtime_ns, info.st_mode)
+    return found
+
+
+def _template(snapshot_digest: str, snapshot: bytes, scratch: Path) -> Path:
+    with _templates_lock:
+        cached = _templates.get(snapshot_digest)
+        if cached is not None and cached.exists():
+            return cached
+        template = Path(tempfile.mkdtemp(prefix="tribunal-case-", dir=scratch))
+        with tarfile.open(fileobj=io.BytesIO(snapshot)) as archive:
+            archive.extractall(template, filter="tar")
+        git(["init", "-q"], template)
+        git(["add", "-A"], template)
+        git(["commit", "-q", "--allow-empty", "-m", "snapshot"], template)
+        _templates[snapshot_digest] = template
+        return template
+
+
+def checkout(snapshot_digest: str, snapshot: bytes, target: Path, scratch: Path) -> dict[str, tuple[int, int, int]]:
+    """Materialize a snapshot as a git checkout at ``target``; return its file stats."""
+    template = _template(snapshot_digest, snapshot, scratch)
+    shutil.copytree(template, target, symlinks=True)
+    return _stats(target)
+
+
+def workspace_patch(workspace: Path, baseline: dict[str, tuple[int, int, int]]) -> bytes:
+    """Return the binary diff of everything a run changed, new files included."""
+    if _stats(workspace) == baseline:
+        return b""
+    git(["add", "-A"], workspace)
+    return git(["diff", "--cached", "--binary", "HEAD"], workspace)
+
+
+def apply_patch(workspace: Path, patch: bytes) -> None:
+    """Apply a (possibly binary) patch to a checkout; WorkspaceError if it does not apply."""
+    if patch.strip():
+        git(["apply", "--binary", "--whitespace=nowarn", "-"], workspace, stdin=patch)
