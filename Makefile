@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR := .demo
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
-export PREFECT_HOME ?= $(abspath $(DEMO_DIR))/prefect-home
+export PREFECT_HOME ?= $(abspath $(VENV))/prefect-home
 
 .PHONY: demo test bench clean
 

@@ -21,7 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import TaskRun
 from prefect.states import State
 
-from registry import AttemptContract, Config, Plan, Registry, TribunalError
+from registry import AttemptContract, Config, Plan, Registry
 from registry._errors import CommitOutcomeUnknown, ObjectMissing
 from tasks.attempts import grade_retained
 from tasks.candidate import CandidateRun, execute_candidate
@@ -82,5 +82,3 @@ def grade_attempts(retained: list[RetainedAttempt | str], config: Config, regist
         attempt_done("graded" if result.failure is None else "grader failure")
     return stopped
 
-
-__all__ = ["execute_candidates", "redact_and_retain", "grade_attempts", "TribunalError"]

@@ -1,0 +1,172 @@
+"""`tribunal run` end to end through the CLI: the demo experiment, resume, leaks, S3."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from registry import Registry, Role
+from registry._objects import object_key
+from tasks.attempts import make_contract
+from tasks.candidate import execute_candidate
+from tasks.retain import retain_candidate
+from registry import freeze_experiment, load_config, load_plan
+from tests.helpers import copy_demo, tribunal
+
+EXPECTED = {
+    ("off-by-one", "agent-fixer"): "resolved", ("slugify", "agent-fixer"): "resolved",
+    ("off-by-one", "agent-hasty"): "grader_failure", ("slugify", "agent-hasty"): "grader_failure",
+    ("off-by-one", "agent-crasher"): "candidate_failure", ("slugify", "agent-crasher"): "candidate_failure",
+    ("off-by-one", "agent-leaky"): "resolved", ("slugify", "agent-leaky"): "resolved",
+    ("off-by-one", "swe-preds"): "resolved", ("slugify", "swe-preds"): "candidate_failure",
+}
+
+
+def freeze_and_run(tmp_path: Path, registry: str, env: dict[str, str], *extra: str) -> tuple[Path, Path, dict]:  # type: ignore[type-arg]
+    spec = copy_demo(tmp_path / "exp")
+    plan = tmp_path / "plan.json"
+    frozen = tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=env)
+    assert frozen.returncode == 0, frozen.stderr
+    config = spec.parent / "tribunal.toml"
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", *extra, env=env)
+    assert ran.returncode == 0, ran.stderr
+    return plan, config, json.loads(ran.stdout)
+
+
+def verdicts(report: dict) -> dict[tuple[str, str], str]:  # type: ignore[type-arg]
+    return {(a["case_id"], a["candidate_id"]): a["terminal_class"] for a in report["attempts"]}
+
+
+def test_demo_end_to_end_then_resume(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    registry = str(tmp_path / "reg")
+    plan, config, summary = freeze_and_run(tmp_path, registry, cli_env, "--concurrency", "2")
+    assert (summary["attempts"], summary["ran"], summary["skipped"], summary["stopped"]) == (10, 10, 0, [])
+    assert verdicts(summary["report"]) == EXPECTED
+    assert summary["resolved"] == 5
+
+    report = tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=cli_env)
+    body = json.loads(report.stdout)
+    assert {"experiment", "plan_hash", "layer", "report_digest", "attempts", "summary"} <= set(body)
+    assert body["layer"] == "normalized-result.v1"
+    assert set(body["attempts"][0]) >= {"attempt_id", "case_id", "candidate_id", "index", "terminal_class",
+                                        "resolved", "grader_id", "grader_version", "generation"}
+    assert body["summary"]["candidates"]["agent-fixer"]["pass_rate"] == 1.0
+    assert body["summary"]["candidates"]["swe-preds"]["pass_rate"] == 0.5
+
+    doctor = tribunal("doctor", "--plan", str(plan), "--registry", registry, "--json", env=cli_env)
+    assert doctor.returncode == 0 and json.loads(doctor.stdout)["clean"], doctor.stdout
+
+    store = Registry.open(registry)
+    evidence_before = Counter(e.role for e in store.entries() if e.attempt_id)
+    again = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=cli_env)
+    resumed = json.loads(again.stdout)
+    assert (resumed["ran"], resumed["resumed"], resumed["skipped"]) == (0, 0, 10)
+    assert Counter(e.role for e in Registry.open(registry).entries() if e.attempt_id) == evidence_before
+    assert verdicts(resumed["report"]) == EXPECTED
+
+
+def test_stored_evidence_of_the_leaky_candidate_is_redacted(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Attack: a candidate printing a secret and its own model name into transcript and files."""
+    registry = str(tmp_path / "reg")
+    freeze_and_run(tmp_path, registry, cli_env)
+    store = Registry.open(registry)
+    blobs = [store.get(e.digest) for e in store.entries() if e.role in (Role.TRANSCRIPT, Role.PATCH, Role.GRADER_INPUT)]
+    assert any(b"[REDACTED]" in blob for blob in blobs)
+    for blob in blobs:
+        assert b"AKIAIOSFODNN7EXAMPLE" not in blob
+        assert b"leaky-model-7" not in blob.lower() and b"agent-leaky" not in blob.lower()
+
+
+def test_doctor_finds_a_flipped_receipt(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Attack: a sealed receipt whose verdict is flipped in the store (and re-addressed consistently)."""
+    registry = str(tmp_path / "reg")
+    freeze_and_run(tmp_path, registry, cli_env)
+    store = Registry.open(registry)
+    entry = store.entries(role=Role.GRADER_RECEIPT)[0]
+    receipt = json.loads(store.get(entry.digest))
+    receipt["passed"] = not receipt["passed"]
+    (Path(registry) / object_key(entry.digest)).write_text(json.dumps(receipt))
+    doctor = tribunal("doctor", "--registry", registry, "--json", env=cli_env)
+    kinds = {f["kind"] for f in json.loads(doctor.stdout)["findings"]}
+    assert doctor.returncode == 1 and {"object-corrupt", "receipt-unreadable"} <= kinds
+
+
+def test_a_half_done_attempt_is_graded_from_evidence_without_rerunning_the_candidate(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Attack on resume: a crash between retention and grading must not run the candidate twice."""
+    spec = copy_demo(tmp_path / "exp")
+    counter = tmp_path / "invocations.log"
+    agent = spec.parent / "agents" / "counting.py"
+    agent.write_text(f"import sys\nsys.stdin.read()\nopen({str(counter)!r}, 'a').write('run\\n')\n")
+    text = spec.read_text().split("[[candidate]]")[0]
+    spec.write_text(text + '[[candidate]]\nid = "counter"\nkind = "command"\n'
+                    f'command = ["{sys.executable}", "{{experiment_dir}}/agents/counting.py"]\n'
+                    'provider = "demo-labs"\nmodel = "count-1"\n')
+    registry_url = str(tmp_path / "reg")
+    registry = Registry.open(registry_url)
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_bytes(freeze_experiment(spec, registry)[1])
+    plan = load_plan(plan_path)
+    config = load_config(spec.parent / "tribunal.toml")
+    first = next(plan.attempt_refs())
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    run = execute_candidate(make_contract(plan, first), plan, plan.candidates[0], config, registry, scratch)
+    retain_candidate(run, config, registry)
+    assert counter.read_text().count("run") == 1
+    ran = tribunal("run", "--plan", str(plan_path), "--registry", registry_url, "--config",
+                   str(spec.parent / "tribunal.toml"), "--json", env=cli_env)
+    summary = json.loads(ran.stdout)
+    assert (summary["ran"], summary["resumed"], summary["skipped"]) == (1, 1, 0)
+    assert counter.read_text().count("run") == 2
+    txns = Counter(e.txn for e in Registry.open(registry_url).entries())
+    assert max(txns.values()) == 1
+
+
+def test_a_redaction_leak_stops_only_that_attempt(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Attack: a scrub that leaves a match must stop the attempt and store none of it.
+
+    ``a_marker`` runs before ``aws_access_key``; the key's replacement creates a
+    new match for it, so only the re-scan can catch it.
+    """
+    spec = copy_demo(tmp_path / "exp")
+    config = spec.parent / "tribunal.toml"
+    text = config.read_text()
+    line = 'aws_access_key = "AKIA[0-9A-Z]{16}"\n'
+    config.write_text(text.replace(line, line + 'a_marker = "credentials \\\\[REDACTED\\\\]"\n'))
+    registry = str(tmp_path / "reg")
+    plan = tmp_path / "plan.json"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=cli_env)
+    assert ran.returncode == 1
+    summary = json.loads(ran.stdout)
+    assert len(summary["stopped"]) == 2 and all("'a_marker'" in s and "transcript" in s for s in summary["stopped"])
+    assert "stopped:" in ran.stderr and "AKIA" not in ran.stderr
+    graded = {a["candidate_id"] for a in summary["report"]["attempts"] if a["terminal_class"] != "pending"}
+    assert "agent-leaky" not in graded and "agent-fixer" in graded
+
+
+@pytest.mark.s3
+def test_demo_end_to_end_on_s3(tmp_path: Path, cli_env: dict[str, str], s3_endpoint: str) -> None:
+    from tests.s3server import new_bucket_url
+
+    env = {**cli_env, **{k: v for k, v in os.environ.items() if k.startswith("AWS_")}}
+    registry = new_bucket_url()
+    plan, _, summary = freeze_and_run(tmp_path, registry, env)
+    assert verdicts(summary["report"]) == EXPECTED
+    doctor = tribunal("doctor", "--plan", str(plan), "--registry", registry, "--json", env=env)
+    assert doctor.returncode == 0 and json.loads(doctor.stdout)["clean"]
+
+
+@pytest.mark.slow
+def test_ephemeral_mode_without_a_server(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    _, _, summary = freeze_and_run(tmp_path, str(tmp_path / "reg"), env)
+    assert verdicts(summary["report"]) == EXPECTED

@@ -1,0 +1,144 @@
+"""The candidate protocol (SPEC §10): workspace, argv, prompt, env, timeout, identity, patch."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from registry import CandidateEnv, Config, Registry, freeze_experiment, load_plan
+from tasks.attempts import make_contract
+from tasks.candidate import CandidateRun, execute_candidate
+
+AGENT_PREAMBLE = "import json, os, sys\nprompt = sys.stdin.read()\n"
+
+
+def setup_experiment(tmp_path: Path, agent: str, *, kind: str = "command", predictions: str = "",
+                     model: str = "model-1") -> tuple[Registry, Path]:
+    exp = tmp_path / "exp"
+    (exp / "repo").mkdir(parents=True)
+    (exp / "repo" / "app.py").write_text("VALUE = 1\n")
+    (exp / "repo" / "data.bin").write_bytes(b"\x00\x01\x02")
+    (exp / "prompt.md").write_text("Set VALUE to 2.\n")
+    (exp / "agent.py").write_text(AGENT_PREAMBLE + agent)
+    candidate = (
+        f'kind = "command"\ncommand = ["{sys.executable}", "{{experiment_dir}}/agent.py", "literal;$(no-shell)"]'
+        if kind == "command" else f'kind = "predictions"\npredictions = "preds.jsonl"'
+    )
+    (exp / "preds.jsonl").write_text(predictions)
+    (exp / "experiment.toml").write_text(
+        'experiment = "cand"\n[[case]]\nid = "case-1"\nrepo = "repo"\nprompt = "prompt.md"\ngrader_profile = "g"\n'
+        f'[[candidate]]\nid = "agent-under-test"\n{candidate}\nprovider = "prov-x"\nmodel = "{model}"\n'
+    )
+    registry = Registry.open(str(tmp_path / "reg"))
+    _, data = freeze_experiment(exp / "experiment.toml", registry)
+    (tmp_path / "plan.json").write_bytes(data)
+    return registry, tmp_path / "plan.json"
+
+
+def run(tmp_path: Path, agent: str, config: Config | None = None, **options: str) -> CandidateRun:
+    registry, plan_path = setup_experiment(tmp_path, agent, **options)
+    plan = load_plan(plan_path)
+    ref = next(plan.attempt_refs())
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    return execute_candidate(make_contract(plan, ref), plan, plan.candidates[0], config or Config(), registry, scratch)
+
+
+def test_protocol_prompt_argv_cwd_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attack: operator secrets in the environment must reach a candidate only if passed on purpose."""
+    monkeypatch.setenv("ALLOWED_KEY", "yes")
+    monkeypatch.setenv("OPERATOR_SECRET", "no")
+    agent = (
+        "env = sorted(item.split(b'=')[0].decode() for item in open('/proc/self/environ', 'rb').read().split(b'\\0') if item)\n"
+        "print(json.dumps({'argv': sys.argv[1:], 'prompt': prompt, 'file': open(os.environ['TRIBUNAL_PROMPT_FILE']).read(),"
+        " 'env': env, 'home': os.environ['HOME'], 'git': os.path.isdir('.git'), 'cwd_files': sorted(os.listdir('.'))}))\n"
+    )
+    result = run(tmp_path, agent, Config(candidate_env=CandidateEnv(**{"pass": ["ALLOWED_KEY"]})))
+    seen = json.loads(result.transcript)
+    assert seen["argv"] == ["literal;$(no-shell)"]
+    assert seen["prompt"] == seen["file"] == "Set VALUE to 2.\n"
+    assert seen["env"] == ["ALLOWED_KEY", "HOME", "PATH", "TRIBUNAL_ATTEMPT_ID", "TRIBUNAL_PROMPT_FILE", "TRIBUNAL_REPORT_FILE"]
+    assert seen["git"] and seen["cwd_files"] == [".git", "app.py", "data.bin"]
+    assert result.succeeded and result.terminal.status == "completed" and result.patch == b""
+
+
+def test_patch_includes_new_untracked_and_binary_files(tmp_path: Path) -> None:
+    agent = (
+        "open('app.py', 'w').write('VALUE = 2\\n')\n"
+        "os.makedirs('pkg', exist_ok=True); open('pkg/new.py', 'w').write('NEW = True\\n')\n"
+        "open('data.bin', 'wb').write(bytes(range(256)))\n"
+    )
+    patch = run(tmp_path, agent).patch.decode()
+    assert "+VALUE = 2" in patch and "pkg/new.py" in patch and "new file mode" in patch
+    assert "GIT binary patch" in patch
+
+
+def test_non_zero_exit_is_evidence_not_an_error(tmp_path: Path) -> None:
+    result = run(tmp_path, "print('partial work'); sys.exit(7)\n")
+    assert not result.succeeded and result.harness_valid
+    assert (result.terminal.status, result.terminal.exit_code, result.reason) == ("failed", 7, "exit code 7")
+    assert b"partial work" in result.transcript
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    """Attack: a candidate that hangs and forks helpers must not outlive its timeout."""
+    pid_file = tmp_path / "helper.pid"
+    agent = (
+        "import subprocess, time\n"
+        "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(helper.pid))\ntime.sleep(300)\n"
+    )
+    started = time.monotonic()
+    result = run(tmp_path, agent, Config(candidate_timeout_s=2))
+    assert time.monotonic() - started < 30
+    assert result.terminal.status == "timeout" and result.terminal.exit_code is None and not result.succeeded
+    from tests.tasks.test_grading import alive
+
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_reported_identity_is_evidence_and_a_mismatch_invalidates_the_harness(tmp_path: Path) -> None:
+    agent = (
+        "json.dump({'provider': 'prov-x', 'model': 'other-model', 'session_id': 'sess-123', 'cost_usd': 0.25},"
+        " open(os.environ['TRIBUNAL_REPORT_FILE'], 'w'))\n"
+    )
+    result = run(tmp_path, agent)
+    assert result.succeeded and not result.harness_valid and result.reason == "observed model differs from the plan"
+    assert result.terminal.observed.model == "other-model" and result.terminal.session_ids == ["sess-123"]
+    assert result.terminal.cost_usd == 0.25
+
+
+def test_a_matching_identity_keeps_the_harness_valid(tmp_path: Path) -> None:
+    agent = "json.dump({'provider': 'prov-x', 'model': 'model-1'}, open(os.environ['TRIBUNAL_REPORT_FILE'], 'w'))\n"
+    assert run(tmp_path, agent).harness_valid
+
+
+def test_an_unreadable_identity_report_invalidates_the_harness(tmp_path: Path) -> None:
+    result = run(tmp_path, "open(os.environ['TRIBUNAL_REPORT_FILE'], 'w').write('not json')\n")
+    assert not result.harness_valid and result.reason == "identity report unreadable"
+
+
+PATCH = "diff --git a/app.py b/app.py\n--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n-VALUE = 1\n+VALUE = 2\n"
+
+
+def test_predictions_replay_the_patch(tmp_path: Path) -> None:
+    line = json.dumps({"instance_id": "case-1", "model_name_or_path": "model-1", "model_patch": PATCH})
+    result = run(tmp_path, "", kind="predictions", predictions=line + "\n")
+    assert result.succeeded and result.harness_valid and b"+VALUE = 2" in result.patch
+    assert result.terminal.observed.model == "model-1"
+
+
+def test_predictions_as_a_json_list_and_a_model_mismatch(tmp_path: Path) -> None:
+    listed = json.dumps([{"instance_id": "case-1", "model_name_or_path": "someone-else", "model_patch": PATCH}])
+    result = run(tmp_path, "", kind="predictions", predictions=listed)
+    assert result.succeeded and not result.harness_valid
+
+
+def test_a_case_without_a_prediction_is_a_candidate_failure(tmp_path: Path) -> None:
+    line = json.dumps({"instance_id": "another-case", "model_name_or_path": "model-1", "model_patch": PATCH})
+    result = run(tmp_path, "", kind="predictions", predictions=line)
+    assert not result.succeeded and result.reason == "no prediction" and result.patch == b""

@@ -1,0 +1,194 @@
+"""The executable-grader boundary: every rule, each with the attack it stops (SPEC §5.3-§5.4)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from registry import GraderProfile, canonical_json, digest
+from tasks.grading import Grading
+from tasks.sealing import receipt_seal_holds
+
+PASS = 'import json, sys; sys.stdin.read(); print(json.dumps({"passed": True, "note": "ok"}))\n'
+PATCH = """diff --git a/value.txt b/value.txt
+--- a/value.txt
++++ b/value.txt
+@@ -1 +1 @@
+-old
++new
+"""
+
+MakeProfile = Callable[..., GraderProfile]
+RunGrade = Callable[..., Grading]
+
+
+def assert_failed_closed(grading: Grading, failure: str) -> None:
+    """Every failure still yields input, output, result and a sealed receipt with passed=false."""
+    assert grading.result.passed is False and grading.receipt.passed is False
+    assert grading.result.failure is not None and failure in grading.result.failure
+    assert receipt_seal_holds(grading.receipt)
+    assert grading.receipt.input_hash == digest(grading.input_bytes)
+    assert grading.receipt.output_hash == digest(grading.output_bytes)
+    assert grading.receipt.result_hash == digest(grading.result_bytes)
+
+
+def test_a_passing_grader_passes_and_its_output_is_evidence(make_profile: MakeProfile, run_grade: RunGrade) -> None:
+    grading = run_grade(make_profile(PASS))
+    assert grading.result.passed and grading.result.failure is None
+    assert json.loads(grading.output_bytes) == {"passed": True, "note": "ok"}
+    assert grading.result.evidence_hash == digest(grading.output_bytes)
+    assert (grading.result.grader_id, grading.result.grader_version) == ("checker", "1")
+    assert receipt_seal_holds(grading.receipt)
+
+
+def test_an_unconfigured_profile_fails_closed_as_missing(run_grade: RunGrade) -> None:
+    """Attack: a case naming a profile nobody configured must not grade as anything."""
+    grading = run_grade(None)
+    assert_failed_closed(grading, "not configured")
+    assert (grading.receipt.grader_id, grading.receipt.grader_version) == ("missing:checks", "unavailable")
+
+
+@pytest.mark.parametrize("blank", [{"grader_id": " "}, {"version": ""}])
+def test_blank_identity_is_treated_as_missing(make_profile: MakeProfile, run_grade: RunGrade, blank: dict[str, str]) -> None:
+    """Attack: an anonymous grader (blank id or version) must not produce a verdict."""
+    grading = run_grade(make_profile(PASS, **blank))
+    assert_failed_closed(grading, "blank grader_id or version")
+    assert grading.receipt.grader_id == "missing:checks" and grading.receipt.grader_version == "unavailable"
+
+
+def test_a_symlinked_grader_is_refused(make_profile: MakeProfile, run_grade: RunGrade, tmp_path: Path) -> None:
+    """Attack: a symlink lets the bytes behind a pinned name change without the name changing."""
+    real = make_profile(PASS, name="real.py")
+    link = tmp_path / "graders" / "link.py"
+    link.symlink_to(real.path)
+    grading = run_grade(real.model_copy(update={"path": str(link)}))
+    assert_failed_closed(grading, "symlink")
+
+
+def test_a_grader_whose_bytes_differ_from_the_pin_does_not_run(make_profile: MakeProfile, run_grade: RunGrade, tmp_path: Path) -> None:
+    """Attack: the grader was quietly edited after it was pinned."""
+    marker = tmp_path / "ran"
+    profile = make_profile(f"open({str(marker)!r}, 'w').close()\n" + PASS)
+    Path(profile.path).write_text(Path(profile.path).read_text() + "# edited\n")
+    grading = run_grade(profile)
+    assert_failed_closed(grading, "sha256 does not match")
+    assert not marker.exists()
+
+
+def test_a_grader_that_rewrites_itself_is_caught(make_profile: MakeProfile, run_grade: RunGrade) -> None:
+    """Attack: a grader edits its own file while grading, so the pinned bytes are not what ran."""
+    source = "import json, sys\nsys.stdin.read()\nopen(__file__, 'a').write('# changed\\n')\nprint(json.dumps({'passed': True}))\n"
+    assert_failed_closed(run_grade(make_profile(source)), "changed while grading")
+
+
+def test_no_shell_is_involved(make_profile: MakeProfile, run_grade: RunGrade, tmp_path: Path) -> None:
+    """Attack: shell metacharacters in the grader path must not be interpreted."""
+    profile = make_profile(PASS, name="g;touch PWNED;$(touch PWNED2).py")
+    grading = run_grade(profile)
+    assert grading.result.passed
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+def test_the_environment_is_exactly_path(make_profile: MakeProfile, run_grade: RunGrade, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attack: operator credentials in the environment must not reach a grader."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "operator-secret")
+    # /proc/self/environ is the block the process was started with (CPython itself may add LC_CTYPE later).
+    source = (
+        "import json, sys\nsys.stdin.read()\n"
+        "names = sorted(item.split(b'=')[0].decode() for item in open('/proc/self/environ', 'rb').read().split(b'\\0') if item)\n"
+        "print(json.dumps({'passed': True, 'env': names}))\n"
+    )
+    grading = run_grade(make_profile(source))
+    assert json.loads(grading.output_bytes)["env"] == ["PATH"]
+
+
+def test_cwd_is_a_fresh_workspace_with_the_patch_applied(make_profile: MakeProfile, run_grade: RunGrade) -> None:
+    source = (
+        "import json, os, sys\nsys.stdin.read()\n"
+        "value = open('value.txt').read().strip()\n"
+        "open('scratch-left-behind', 'w').write('x')\n"
+        "print(json.dumps({'passed': value == 'new', 'value': value, 'files': sorted(os.listdir('.'))}))\n"
+    )
+    profile = make_profile(source)
+    first = run_grade(profile, patch=PATCH)
+    assert json.loads(first.output_bytes)["value"] == "new" and first.result.passed
+    second = run_grade(profile, patch=PATCH)
+    assert "scratch-left-behind" in json.loads(second.output_bytes)["files"]  # its own, made this run
+    assert json.loads(second.output_bytes)["files"].count("scratch-left-behind") == 1
+    assert not run_grade(profile, patch="").result.passed
+
+
+def test_stdin_is_one_canonical_document(make_profile: MakeProfile, run_grade: RunGrade) -> None:
+    source = "import json, sys\nraw = sys.stdin.buffer.read()\nprint(json.dumps({'passed': True, 'raw': raw.decode()}))\n"
+    grading = run_grade(make_profile(source), patch=PATCH)
+    raw = json.loads(grading.output_bytes)["raw"].encode()
+    assert raw == grading.input_bytes == canonical_json(json.loads(raw))
+    assert set(json.loads(raw)) == {"schema_version", "contract", "grader_profile", "candidate_succeeded",
+                                    "patch_digest", "terminal_evidence_digest", "patch"}
+
+
+def test_a_hung_grader_and_its_grandchildren_are_killed(make_profile: MakeProfile, run_grade: RunGrade, tmp_path: Path) -> None:
+    """Attack: a grader that never answers (and forks helpers) must not stall or outlive the evaluation."""
+    pid_file = tmp_path / "grandchild.pid"
+    source = (
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(300)\n"
+    )
+    started = time.monotonic()
+    grading = run_grade(make_profile(source, timeout_s=2))
+    assert time.monotonic() - started < 30
+    assert_failed_closed(grading, "timed out after 2 s")
+    assert not alive(int(pid_file.read_text()))
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` runs; a killed orphan may linger as a zombie until init reaps it."""
+    time.sleep(0.2)
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_output_over_the_cap_fails_closed(make_profile: MakeProfile, run_grade: RunGrade) -> None:
+    """Attack: a flood of output must not exhaust memory or hide a verdict at the end."""
+    source = "import sys\nsys.stdin.read()\nsys.stdout.write('x' * 200000 + '{\"passed\": true}')\n"
+    grading = run_grade(make_profile(source, max_output_bytes=1024))
+    assert_failed_closed(grading, "exceeds max_output_bytes")
+    assert len(grading.output_bytes) == 1024
+
+
+@pytest.mark.parametrize(
+    ("stdout", "failure"),
+    [
+        ('{"passed": "true"}', "not a boolean"),
+        ('{"passed": 1}', "not a boolean"),
+        ('{"passed": null}', "not a boolean"),
+        ('[true]', "not a JSON object"),
+        ("PASSED", "not JSON"),
+        ('{"verdict": true}', "no 'passed'"),
+        ("", "not JSON"),
+    ],
+)
+def test_anything_but_a_boolean_passed_fails_closed(make_profile: MakeProfile, run_grade: RunGrade, stdout: str, failure: str) -> None:
+    """Attack: truthy look-alikes ("true", 1) or prose must never count as a pass."""
+    grading = run_grade(make_profile(f"import sys\nsys.stdin.read()\nsys.stdout.write({stdout!r})\n"))
+    assert_failed_closed(grading, failure)
+
+
+def test_a_non_zero_exit_fails_closed_even_with_passed_true(make_profile: MakeProfile, run_grade: RunGrade) -> None:
+    """Attack: a crashing grader that printed passed=true before dying."""
+    source = "import sys\nsys.stdin.read()\nprint('{\"passed\": true}')\nsys.exit(3)\n"
+    assert_failed_closed(run_grade(make_profile(source)), "exited with code 3")
+
+
+def test_a_patch_that_does_not_apply_fails_closed(make_profile: MakeProfile, run_grade: RunGrade) -> None:
+    broken = PATCH.replace("-old", "-something else")
+    assert_failed_closed(run_grade(make_profile(PASS), patch=broken), "does not apply")

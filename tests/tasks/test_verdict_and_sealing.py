@@ -1,0 +1,69 @@
+"""The verdict rule and receipt seals: pure functions, checked exhaustively."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from registry import GraderResult
+from tasks.sealing import receipt_disagreements, receipt_seal_holds, seal_receipt
+from tasks.verdict import terminal_class
+
+A = "sha256:" + "a" * 64
+H = "sha256:" + "b" * 64
+
+
+def result(passed: bool, required: bool = True) -> GraderResult:
+    return GraderResult(attempt_id=A, grader_id="g", grader_version="1", required=required, passed=passed, evidence_hash=H)
+
+
+@pytest.mark.parametrize(("harness", "succeeded", "passed"), list(itertools.product([True, False], repeat=3)))
+def test_resolved_is_exactly_the_conjunction(harness: bool, succeeded: bool, passed: bool) -> None:
+    verdict = terminal_class(harness_valid=harness, candidate_succeeded=succeeded, grader_results=[result(passed)])
+    assert (verdict == "resolved") == (harness and succeeded and passed)
+    if not harness:
+        assert verdict == "harness_invalid"
+    elif not succeeded:
+        assert verdict == "candidate_failure"
+    elif not passed:
+        assert verdict == "grader_failure"
+
+
+def test_a_lenient_grader_cannot_upgrade_a_failed_candidate() -> None:
+    """Attack: a grader that always says yes must not rescue a crashed candidate."""
+    assert terminal_class(harness_valid=True, candidate_succeeded=False, grader_results=[result(True)]) == "candidate_failure"
+
+
+def test_no_required_grader_fails_closed() -> None:
+    """Attack: "nothing checked it" must never count as a pass."""
+    assert terminal_class(harness_valid=True, candidate_succeeded=True, grader_results=[]) == "grader_failure"
+    assert terminal_class(harness_valid=True, candidate_succeeded=True, grader_results=[result(True, required=False)]) == "grader_failure"
+
+
+FIELDS = {
+    "attempt_id": A, "grader_profile": "p", "grader_id": "g", "grader_version": "1", "required": True,
+    "passed": False, "input_hash": H, "output_hash": H, "result_hash": H,
+}
+
+
+def test_a_sealed_receipt_verifies() -> None:
+    assert receipt_seal_holds(seal_receipt(FIELDS))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("passed", True), ("grader_version", "2"), ("grader_profile", "other"), ("grader_id", "x"),
+     ("required", False), ("input_hash", "sha256:" + "c" * 64), ("attempt_id", "sha256:" + "d" * 64)],
+)
+def test_editing_any_field_breaks_the_seal(field: str, value: object) -> None:
+    """Attack: flipping the verdict or relabelling the grader after the fact."""
+    tampered = seal_receipt(FIELDS).model_copy(update={field: value})
+    assert not receipt_seal_holds(tampered)
+
+
+def test_result_and_receipt_disagreements_are_named() -> None:
+    receipt = seal_receipt(FIELDS)
+    other = result(True).model_copy(update={"grader_version": "9", "grader_id": "x"})
+    assert receipt_disagreements(receipt, other) == ["verdict", "grader id", "grader version"]
+    assert receipt_disagreements(receipt, result(False).model_copy(update={"grader_id": "g"})) == []
