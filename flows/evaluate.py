@@ -95,11 +95,17 @@ def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, 
         scratch = Path(scratch_dir)
         shared = {"config": config, "registry": registry}
         work: list[tuple[int, PrefectFuture[list[str]]]] = []
-        for batch in batches(fresh, concurrency):
-            contracts = [make_contract(plan, ref) for ref in batch]
-            ran = runner.submit(execute_candidates, {"contracts": contracts, "plan": plan, "scratch": scratch, **shared})
-            kept = runner.submit(redact_and_retain, {"runs": ran, **shared})
-            work.append((len(batch), runner.submit(grade_attempts, {"retained": kept, "scratch": scratch, **shared})))
+        # Submitted in waves of `concurrency` batches, step by step: a task waiting on
+        # an upstream future occupies a worker thread, so a batch's redaction must not
+        # be queued ahead of another batch's candidates.
+        fresh_batches = batches(fresh, concurrency)
+        for wave in range(0, len(fresh_batches), concurrency):
+            current = fresh_batches[wave : wave + concurrency]
+            ran = [runner.submit(execute_candidates, {"contracts": [make_contract(plan, ref) for ref in batch],
+                                                      "plan": plan, "scratch": scratch, **shared}) for batch in current]
+            kept = [runner.submit(redact_and_retain, {"runs": future, **shared}) for future in ran]
+            work += [(len(batch), runner.submit(grade_attempts, {"retained": future, "scratch": scratch, **shared}))
+                     for batch, future in zip(current, kept, strict=True)]
         for batch in batches(retained, concurrency):
             evidence = [load_retained(registry, states[ref.attempt_id]) for ref in batch]
             work.append((len(batch), runner.submit(grade_attempts, {"retained": evidence, "scratch": scratch, **shared})))

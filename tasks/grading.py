@@ -26,7 +26,7 @@ from pathlib import Path
 from registry import Config, GraderInput, GraderProfile, GraderReceipt, GraderResult, canonical_json, digest
 from tasks.process import run_program
 from tasks.sealing import seal_receipt
-from tasks.workspace import WorkspaceError, apply_patch, checkout
+from tasks.workspace import WorkspaceError, apply_patch, plain_copy
 
 UNAVAILABLE = "unavailable"
 
@@ -104,7 +104,7 @@ def _run_grader(profile: GraderProfile, input_bytes: bytes, snapshot_digest: str
                 patch: bytes, scratch: Path) -> tuple[bytes, bool, str | None]:
     with tempfile.TemporaryDirectory(prefix="grade-", dir=scratch) as tmp:
         workspace = Path(tmp) / "workspace"
-        checkout(snapshot_digest, snapshot, workspace, scratch)
+        plain_copy(snapshot_digest, snapshot, workspace, scratch)
         try:
             apply_patch(workspace, patch)
         except WorkspaceError:

@@ -106,13 +106,20 @@ def run_program(
             reader.start()
     feeder = threading.Thread(target=_feed, args=(process.stdin, stdin), daemon=True)
     feeder.start()
-    timed_out = False
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    _kill_group(process.pid)
+    # A timer thread enforces the deadline so the wait below blocks in waitpid:
+    # Popen.wait(timeout=...) polls with sleeps of up to 50 ms per program.
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        _kill_group(process.pid)
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.start()
     process.wait()
+    timer.cancel()
+    timed_out = expired.is_set()
+    _kill_group(process.pid)
     for thread in (feeder, out, err):
         if thread is not None:
             thread.join(timeout=5)

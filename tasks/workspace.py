@@ -37,6 +37,7 @@ def git_env(home: Path) -> dict[str, str]:
     return {
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(home),
+        "GIT_CEILING_DIRECTORIES": str(home.parent),
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_TERMINAL_PROMPT": "0",
         "LC_ALL": "C",
@@ -73,7 +74,7 @@ def _template(snapshot_digest: str, snapshot: bytes, scratch: Path) -> Path:
         template = Path(tempfile.mkdtemp(prefix="tribunal-case-", dir=scratch))
         with tarfile.open(fileobj=io.BytesIO(snapshot)) as archive:
             archive.extractall(template, filter="tar")
-        git(["init", "-q"], template)
+        git(["init", "-q", "--template="], template)
         git(["add", "-A"], template)
         git(["commit", "-q", "--allow-empty", "-m", "snapshot"], template)
         _templates[snapshot_digest] = template
@@ -87,6 +88,12 @@ def checkout(snapshot_digest: str, snapshot: bytes, target: Path, scratch: Path)
     return _stats(target)
 
 
+def plain_copy(snapshot_digest: str, snapshot: bytes, target: Path, scratch: Path) -> None:
+    """Materialize a snapshot's files at ``target`` without git metadata (grader workspaces)."""
+    template = _template(snapshot_digest, snapshot, scratch)
+    shutil.copytree(template, target, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+
+
 def workspace_patch(workspace: Path, baseline: dict[str, tuple[int, int, int]]) -> bytes:
     """Return the binary diff of everything a run changed, new files included."""
     if _stats(workspace) == baseline:
@@ -96,6 +103,10 @@ def workspace_patch(workspace: Path, baseline: dict[str, tuple[int, int, int]]) 
 
 
 def apply_patch(workspace: Path, patch: bytes) -> None:
-    """Apply a (possibly binary) patch to a checkout; WorkspaceError if it does not apply."""
+    """Apply a (possibly binary) patch to a workspace; WorkspaceError if it does not apply.
+
+    ``GIT_CEILING_DIRECTORIES`` stops git from adopting a repository *above* a
+    plain workspace, which would make it resolve the patch's paths from there.
+    """
     if patch.strip():
         git(["apply", "--binary", "--whitespace=nowarn", "-"], workspace, stdin=patch)

@@ -1,0 +1,133 @@
+"""Pipeline benchmark: the evaluate flow against the floor of its own processes.
+
+The floor is what any harness must pay: the same trivial candidate and the
+same trivial grader spawned in a plain loop (stdin in, stdout out), with no
+workspace, registry, redaction or Prefect. The pipeline is the ``evaluate``
+flow over a plan of N attempts of that candidate and grader (empty patch,
+exit 0), timed after Prefect's API is up (its start-up is reported apart).
+Target: pipeline / floor <= 1.5 at concurrency 1 and 2.
+
+usage: python benchmarks/pipeline_bench.py [--attempts 1000]
+Results go to benchmarks/RESULTS.md (section "pipeline").
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+from benchmarks.results import write_section  # noqa: E402
+
+CANDIDATE = "import sys\nsys.stdin.read()\n"
+GRADER = "import json, sys\nsys.stdin.read()\nprint(json.dumps({'passed': True}))\n"
+CASES = 10
+
+
+def make_experiment(root: Path, attempts: int) -> tuple[Path, Path]:
+    """Write an experiment of CASES cases x 1 candidate x (attempts / CASES) repeats."""
+    (root / "agent.py").write_text(CANDIDATE)
+    (root / "grader.py").write_text(GRADER)
+    cases = []
+    for n in range(CASES):
+        repo = root / "cases" / f"c{n}"
+        repo.mkdir(parents=True)
+        (repo / "main.py").write_text(f"VALUE = {n}\n")
+        (root / "cases" / f"c{n}.md").write_text(f"Case {n}: do nothing.\n")
+        cases.append(f'[[case]]\nid = "c{n}"\nrepo = "cases/c{n}"\nprompt = "cases/c{n}.md"\ngrader_profile = "trivial"\n')
+    (root / "experiment.toml").write_text(
+        f'experiment = "bench"\nattempts = {attempts // CASES}\n' + "".join(cases)
+        + f'[[candidate]]\nid = "noop"\nkind = "command"\ncommand = ["{sys.executable}", "{{experiment_dir}}/agent.py"]\n'
+        'provider = "bench-labs"\nmodel = "noop-1"\n'
+    )
+    sha = hashlib.sha256((root / "grader.py").read_bytes()).hexdigest()
+    (root / "tribunal.toml").write_text(
+        f'[grader_profiles.trivial]\npath = "grader.py"\nsha256 = "{sha}"\ngrader_id = "trivial"\nversion = "1"\n'
+    )
+    return root / "experiment.toml", root / "tribunal.toml"
+
+
+def floor(root: Path, attempts: int, concurrency: int) -> float:
+    """Spawn the candidate and the grader once per attempt, in a plain loop (or two)."""
+    grader_input = json.dumps({"passed_to": "grader"}).encode()
+
+    def one(_: int) -> None:
+        subprocess.run([sys.executable, str(root / "agent.py")], input=b"prompt", capture_output=True, cwd=root, check=True)
+        subprocess.run([sys.executable, str(root / "grader.py")], input=grader_input, capture_output=True, cwd=root, check=True)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(one, range(attempts)))
+    return time.perf_counter() - started
+
+
+def pipeline(root: Path, spec: Path, config: Path, concurrency: int) -> float:
+    from flows.evaluate import evaluate
+    from registry import Registry, freeze_experiment
+
+    registry = str(root / f"registry-c{concurrency}")
+    plan = root / f"plan-c{concurrency}.json"
+    plan.write_bytes(freeze_experiment(spec, Registry.open(registry))[1])
+    started = time.perf_counter()
+    summary = evaluate(plan_path=str(plan), registry_url=registry, config_path=str(config), concurrency=concurrency)
+    elapsed = time.perf_counter() - started
+    if summary.resolved != summary.attempts:
+        raise SystemExit(f"expected every attempt resolved, got {summary.resolved}/{summary.attempts}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--attempts", type=int, default=1000)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="pipeline-bench-"))
+    os.environ["PREFECT_HOME"] = str(root / "prefect-home")
+    spec, config = make_experiment(root, args.attempts)
+
+    from prefect import flow
+
+    @flow
+    def warm_up() -> None:
+        """Start Prefect's API before anything is timed."""
+
+    started = time.perf_counter()
+    warm_up()
+    startup = time.perf_counter() - started
+    rows = []
+    for concurrency in (1, 2):
+        base = floor(root, args.attempts, concurrency)
+        ours = pipeline(root, spec, config, concurrency)
+        ratio = ours / base
+        rows.append([f"{args.attempts:,} attempts", str(concurrency), f"{ours:.1f} s", f"{base:.1f} s",
+                     f"{ratio:.2f}x", "<= 1.5x", "pass" if ratio <= 1.5 else "FAIL"])
+        print(rows[-1], flush=True)
+    write_section(
+        "pipeline",
+        "Evaluate pipeline (`benchmarks/pipeline_bench.py`)",
+        ["work", "concurrency", "evaluate flow", "floor (same processes, plain loop)", "ratio", "target", "result"],
+        rows,
+        notes=(
+            "Trivial candidate (reads the prompt, exits 0, empty patch) and trivial grader (prints passed=true), "
+            f"{CASES} cases. The flow includes workspaces (git checkouts), redaction, grading boundary checks, "
+            "registry writes (objects + two manifest commits per attempt) and Prefect tasks over batches of up to "
+            f"25 attempts. Prefect's ephemeral API start-up, paid once per process, was {startup:.1f} s and is not "
+            "included (with `PREFECT_API_URL` set it is not paid at all)."
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()
