@@ -32,12 +32,11 @@ from registry import (
     check_registry,
     find_config,
     freeze_experiment,
-    load_config,
     is_digest,
+    load_config,
     load_plan,
     resolve_registry_url,
 )
-
 from tasks.audit import audit_receipts
 
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")

@@ -116,7 +116,7 @@ def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, 
     record = seal_experiment_record(registry, plan)
     report = build_report(registry, plan)
     create_table_artifact(
-        [{"candidate": name, **tally} for name, tally in report["summary"]["candidates"].items()],  # type: ignore[index, union-attr]
+        [{"candidate": name, **tally} for name, tally in report["summary"]["candidates"].items()],
         key=artifact_key("results", plan.experiment),
         description=f"{plan.experiment}: pass rate per candidate (report {report['report_digest']})",
     )

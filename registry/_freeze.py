@@ -15,8 +15,8 @@ from registry._archive import archive_tree
 from registry._entry import NewEntry
 from registry._errors import SpecError
 from registry._models import read_toml
-from registry._predictions import parse_predictions
 from registry._plan import PLAN_SCHEMA, ExperimentSpec, Plan, compute_plan_hash, load_spec, plan_bytes
+from registry._predictions import parse_predictions
 from registry._registry import Registry
 
 UNSET_HASH = "sha256:" + "0" * 64

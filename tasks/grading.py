@@ -126,6 +126,7 @@ def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: G
     input_bytes = canonical_json(grader_input.model_dump(mode="json"))
     profile = config.grader_profiles.get(profile_name)
     output, passed = b"", False
+    failure: str | None
     if profile is None:
         grader_id, version, failure = f"missing:{profile_name}", UNAVAILABLE, "grader profile is not configured"
     elif not profile.grader_id.strip() or not profile.version.strip():

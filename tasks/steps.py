@@ -18,8 +18,7 @@ from typing import Any
 
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
-from prefect.client.schemas.objects import TaskRun
-from prefect.states import State
+from prefect.client.schemas.objects import State, TaskRun
 
 from registry import AttemptContract, Config, Plan, Registry
 from registry._errors import CommitOutcomeUnknown, ObjectMissing
@@ -41,11 +40,13 @@ def infrastructure_failure(task: Task[Any, Any], task_run: TaskRun, state: State
     return False
 
 
-STEP = dict(cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=1,
-            retry_condition_fn=infrastructure_failure)
+def step(name: str) -> Any:
+    """The task decorator every evaluate step shares: no caching, no persisted results, infra retries."""
+    return task(name=name, cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=1,
+                retry_condition_fn=infrastructure_failure)
 
 
-@task(name="execute-candidates", **STEP)  # type: ignore[call-overload]
+@step("execute-candidates")
 def execute_candidates(contracts: list[AttemptContract], plan: Plan, config: Config, registry: Registry,
                        scratch: Path) -> list[CandidateRun]:
     """Run each attempt's candidate in a fresh workspace (unredacted results stay in memory)."""
@@ -56,7 +57,7 @@ def execute_candidates(contracts: list[AttemptContract], plan: Plan, config: Con
     ]
 
 
-@task(name="redact-and-retain", **STEP)  # type: ignore[call-overload]
+@step("redact-and-retain")
 def redact_and_retain(runs: list[CandidateRun], config: Config, registry: Registry) -> list[RetainedAttempt | str]:
     """Redact, re-scan and store each run; a leak stops that attempt (its message is returned)."""
     kept: list[RetainedAttempt | str] = []
@@ -69,7 +70,7 @@ def redact_and_retain(runs: list[CandidateRun], config: Config, registry: Regist
     return kept
 
 
-@task(name="grade-attempts", **STEP)  # type: ignore[call-overload]
+@step("grade-attempts")
 def grade_attempts(retained: list[RetainedAttempt | str], config: Config, registry: Registry,
                    scratch: Path) -> list[str]:
     """Grade each retained attempt through the executable-grader boundary; return stop messages."""

@@ -25,6 +25,7 @@ from registry import Registry  # noqa: E402  (the environment must be set first)
 from registry._storage import LocalStorage, S3Storage  # noqa: E402
 from tests.s3server import moto_endpoint, new_bucket_url  # noqa: E402
 
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """A moto S3 server on loopback, with the AWS environment pointing at it."""

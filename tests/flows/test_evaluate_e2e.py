@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from registry import Registry, Role
+from registry import Registry, Role, freeze_experiment, load_config, load_plan
 from registry._objects import object_key
 from tasks.attempts import make_contract
 from tasks.candidate import execute_candidate
 from tasks.retain import retain_candidate
-from registry import freeze_experiment, load_config, load_plan
 from tests.helpers import copy_demo, tribunal
 
 EXPECTED = {

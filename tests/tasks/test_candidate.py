@@ -26,7 +26,7 @@ def setup_experiment(tmp_path: Path, agent: str, *, kind: str = "command", predi
     (exp / "agent.py").write_text(AGENT_PREAMBLE + agent)
     candidate = (
         f'kind = "command"\ncommand = ["{sys.executable}", "{{experiment_dir}}/agent.py", "literal;$(no-shell)"]'
-        if kind == "command" else f'kind = "predictions"\npredictions = "preds.jsonl"'
+        if kind == "command" else 'kind = "predictions"\npredictions = "preds.jsonl"'
     )
     (exp / "preds.jsonl").write_text(predictions)
     (exp / "experiment.toml").write_text(

@@ -8,11 +8,12 @@ import string
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from registry import (
     AttemptContract,
+    CandidateResult,
     Config,
     ObservedIdentity,
     RedactionConfig,
@@ -24,7 +25,7 @@ from registry import (
 from tasks.attempts import grader_input_for
 from tasks.candidate import CandidateRun
 from tasks.redaction import RedactionLeak, build_patterns, redact_artifacts, scrub
-from tasks.retain import retain_candidate
+from tasks.retain import RetainedAttempt, retain_candidate
 
 SECRET = {"aws_access_key": "AKIA[0-9A-Z]{16}"}
 AID = "sha256:" + "e" * 64
@@ -70,6 +71,18 @@ def make_run(transcript: str, patch: str, provider: str, model: str, candidate: 
                         succeeded=True, harness_valid=True, reason=None)
 
 
+def whole_word(value: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![A-Za-z0-9_]){re.escape(value)}(?![A-Za-z0-9_])", re.IGNORECASE)
+
+
+def retained_skeleton() -> RetainedAttempt:
+    run = make_run("", "", "p", "m", "c", "s")
+    digest0 = "sha256:" + "0" * 64
+    result = CandidateResult(attempt_id=AID, succeeded=True, harness_valid=True, reason=None,
+                             transcript_digest=digest0, patch_digest=digest0, terminal_evidence_digest=digest0)
+    return RetainedAttempt(contract=run.contract, result=result, patch=b"")
+
+
 identity = st.text(alphabet=string.ascii_letters + string.digits + "-._", min_size=4, max_size=16).filter(
     lambda s: s[0].isalnum() and s[-1].isalnum() and "redacted" not in s.lower()
 )
@@ -83,20 +96,23 @@ def test_no_identity_or_secret_reaches_storage_or_grader_input(
     tmp_path: Path, provider: str, model: str, candidate: str, session: str, parts: list[str], key: str
 ) -> None:
     """Attack: a candidate that writes its own name, provider, session and a secret into its work."""
+    forbidden = [provider, model, candidate, session]
+    # The fixed vocabulary of the grader-input document (keys, `true`, `case`) is not a leak.
+    skeleton = canonical_json(grader_input_for(retained_skeleton()).model_dump(mode="json")).decode()
+    assume(not any(whole_word(value).search(skeleton) for value in forbidden))
     secret = f"AKIA{key}"
     transcript = f"{parts[0]}{model}{parts[1]} {provider} {parts[2]}{candidate.upper()} {session}{parts[3]} {secret}"
     patch = f"+# by {candidate} using {model.lower()} via {provider} ({session}) key={secret}\n{parts[4]}"
     registry = Registry.open(str(tmp_path / f"reg-{abs(hash((provider, model, candidate, session, key)))}"))
     config = Config(redaction=RedactionConfig(patterns=SECRET))
     retained = retain_candidate(make_run(transcript, patch, provider, model, candidate, session), config, registry)
-    forbidden = [provider, model, candidate, session]
     stored = [registry.get(e.digest) for e in registry.entries() if e.role in (Role.TRANSCRIPT, Role.PATCH)]
     grader_bytes = canonical_json(grader_input_for(retained).model_dump(mode="json"))
     for blob in [*stored, grader_bytes]:
         text = blob.decode("utf-8", errors="replace")
         assert not re.search(SECRET["aws_access_key"], text)
         for value in forbidden:
-            assert not re.search(rf"(?<![A-Za-z0-9_]){re.escape(value)}(?![A-Za-z0-9_])", text, re.IGNORECASE), value
+            assert not whole_word(value).search(text), value
     receipt = json.loads(registry.get(registry.entries(role=Role.REDACTION_RECEIPT)[0].digest))
     assert receipt["clean"] is True and receipt["patterns_run"] >= 2 and sum(receipt["replacements"].values()) >= 6
 
