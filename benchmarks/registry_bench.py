@@ -121,14 +121,15 @@ def read_child(url: str) -> None:
     start = time.perf_counter()
     table = Registry.open(url).table()
     elapsed = time.perf_counter() - start
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM is this image's own peak; ru_maxrss would carry over the parent's
+    # pages from before exec (Linux keeps the larger of the two).
+    status = Path("/proc/self/status").read_text()
+    peak_mib = int(status.split("VmHWM:")[1].split()[0]) / 1024
     print(f"{elapsed} {table.num_rows} {peak_mib}")
 
 
 def measure_read(url: str) -> tuple[float, int, float]:
     """Return (seconds, rows, peak MiB) of a fresh process reading the whole manifest."""
-    # The child reports its own peak: a child's rusage seen from here would include
-    # the pages it shared with this (large) process between fork and exec.
     done = subprocess.run([sys.executable, __file__, "--read", url], capture_output=True, text=True, check=True)
     seconds, rows, peak = done.stdout.split()
     return float(seconds), int(rows), float(peak)

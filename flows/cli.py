@@ -10,6 +10,7 @@ mistake.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import sys
 from pathlib import Path
@@ -163,6 +164,7 @@ def run(
     from flows.evaluate import evaluate
     from tasks.progress import listening
 
+    quiet_prefect_failures()
     with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=err, disable=as_json) as bar:
         task = bar.add_task(f"evaluating {frozen.experiment}", total=total)
         with listening(lambda _status, count: bar.advance(task, count)):
@@ -178,6 +180,42 @@ def run(
         err.print(f"[red]stopped:[/] {escape(message)}")
     if summary.stopped:
         raise typer.Exit(1)
+
+
+@app.command()
+def regrade(
+    plan: Annotated[Path, typer.Option("--plan", help="Frozen plan.json.")],
+    profile: Annotated[str | None, typer.Option("--profile", help="Grade with this profile instead of each case's.")] = None,
+    registry: RegistryOption = None,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Regrade retained evidence with the profile's current bytes; never runs a candidate."""
+    url = resolve_registry_url(registry)
+    frozen = load_plan(plan)
+    config_path = find_config(str(config) if config else None)
+    settings = load_config(config_path)
+    names = {profile} if profile else {case.grader_profile for case in frozen.cases}
+    for name in sorted(names - set(settings.grader_profiles)):
+        err.print(f"[yellow]warning:[/] grader profile {name!r} is not configured: its attempts get fail-closed "
+                  f"missing:{name} generations, which become their current verdicts")
+    from flows.regrade import regrade as regrade_flow
+    from tasks.progress import listening
+    from tasks.regrade import latest_record_digest
+
+    latest_record_digest(Registry.open(url), frozen)
+    quiet_prefect_failures()
+    total = sum(1 for _ in frozen.attempt_refs())
+    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=err, disable=as_json) as bar:
+        task = bar.add_task(f"regrading {frozen.experiment}", total=total)
+        with listening(lambda _status, count: bar.advance(task, count)):
+            summary = regrade_flow(plan_path=str(plan), registry_url=url, config_path=str(config_path), profile=profile)
+    if as_json:
+        print_json(summary.model_dump(mode="json"))
+        return
+    out.print(f"regraded {summary.attempts} attempts with {', '.join(summary.graders)}: "
+              f"{summary.changed} new generations, {summary.unchanged} unchanged; record {summary.record}")
+    render_report(summary.report)
 
 
 @app.command()
@@ -208,6 +246,12 @@ def _table_text(built: dict[str, Any]) -> str:
     console = Console(record=True, width=160, file=io.StringIO())
     render_report(built, console)
     return console.export_text()
+
+
+def quiet_prefect_failures() -> None:
+    """The CLI reports a failed flow itself; Prefect's own ERROR log would add a traceback."""
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def render_report(built: dict[str, Any], console: Console | None = None) -> None:

@@ -22,7 +22,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
-from registry import NewEntry, Registry, Role, find_config, load_config, load_plan, plan_bytes
+from registry import NewEntry, Plan, Registry, Role, UsageError, find_config, load_config, load_plan, plan_bytes
 from tasks.attempts import attempt_states, load_retained, make_contract
 from tasks.progress import attempt_done
 from tasks.report import build_report, seal_experiment_record
@@ -56,6 +56,12 @@ def batches(items: list[T], concurrency: int) -> list[list[T]]:
     return [items[start : start + size] for start in range(0, len(items), size)]
 
 
+def plan_inputs(plan: Plan) -> list[str]:
+    """Every object a plan pins: case snapshots, prompts, predictions files."""
+    pinned = [d for case in plan.cases for d in (case.snapshot_digest, case.prompt_hash)]
+    return pinned + [c.predictions_digest for c in plan.candidates if c.predictions_digest]
+
+
 def artifact_key(prefix: str, experiment: str) -> str:
     """Prefect artifact keys allow lowercase letters, digits and dashes only."""
     return f"{prefix}-" + re.sub(r"[^a-z0-9-]+", "-", experiment.lower()).strip("-")
@@ -76,14 +82,19 @@ def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, 
     plan = load_plan(Path(plan_path))
     config = load_config(find_config(config_path))
     registry = Registry.open(registry_url)
+    missing = [d for d in plan_inputs(plan) if not registry.objects.exists(d)]
+    if missing:
+        raise UsageError(f"{len(missing)} plan inputs (e.g. {missing[0]}) are not in registry {registry.url}; "
+                         "freeze the experiment into this registry first")
     data = plan_bytes(plan)
     registry.append([NewEntry(txn=f"plan:{plan.plan_hash}", role=Role.PLAN.value, experiment_id=plan.experiment,
                               digest=registry.put(data), size=len(data))])
     states = attempt_states(registry, plan.experiment)
     refs = list(plan.attempt_refs())
     sealed = [ref for ref in refs if ref.attempt_id in states and states[ref.attempt_id].sealed]
-    retained = [ref for ref in refs if ref.attempt_id in states and states[ref.attempt_id].retained and ref not in sealed]
-    fresh = [ref for ref in refs if ref not in sealed and ref not in retained]
+    retained = [ref for ref in refs if ref.attempt_id in states and not states[ref.attempt_id].sealed
+                and states[ref.attempt_id].retained]
+    fresh = [ref for ref in refs if ref.attempt_id not in states or not states[ref.attempt_id].retained]
     logger.info("%d attempts: %d sealed, %d to grade from evidence, %d to run", len(refs), len(sealed), len(retained), len(fresh))
     progress = create_progress_artifact(progress=100.0 * len(sealed) / max(1, len(refs)), key=artifact_key("evaluate", plan.experiment),
                                         description=f"evaluate {plan.experiment}: attempts sealed")
@@ -113,7 +124,7 @@ def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, 
             stopped += future.result()
             finished += size
             update_progress_artifact(progress, progress=100.0 * finished / max(1, len(refs)))
-    record = seal_experiment_record(registry, plan)
+    record, _ = seal_experiment_record(registry, plan)
     report = build_report(registry, plan)
     create_table_artifact(
         [{"candidate": name, **tally} for name, tally in report["summary"]["candidates"].items()],

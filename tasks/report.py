@@ -47,8 +47,11 @@ def _append_derived(registry: Registry, plan: Plan, role: Role, body: bytes, txn
     return object_digest
 
 
-def seal_experiment_record(registry: Registry, plan: Plan) -> ExperimentRecord:
-    """Write the canonical experiment record for the current state (identical records dedupe)."""
+def seal_experiment_record(registry: Registry, plan: Plan) -> tuple[ExperimentRecord, str]:
+    """Write the canonical experiment record for the current state; return it and its digest.
+
+    Records with the same verdicts dedupe (their txn ignores the manifest head).
+    """
     summaries = list(current_summaries(registry, plan).values())
     record = ExperimentRecord(
         experiment=plan.experiment, plan_hash=plan.plan_hash, attempts=summaries,
@@ -56,8 +59,8 @@ def seal_experiment_record(registry: Registry, plan: Plan) -> ExperimentRecord:
     )
     body = canonical_json(record.model_dump(mode="json"))
     record_id = digest_json(record.model_dump(mode="json", exclude={"manifest_head"}))
-    _append_derived(registry, plan, Role.EXPERIMENT_RECORD, body, f"record:{plan.plan_hash}:{record_id}")
-    return record
+    record_digest = _append_derived(registry, plan, Role.EXPERIMENT_RECORD, body, f"record:{plan.plan_hash}:{record_id}")
+    return record, record_digest
 
 
 def build_report(registry: Registry, plan: Plan) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State, TaskRun
 
 from registry import AttemptContract, Config, Plan, Registry
-from registry._errors import CommitOutcomeUnknown, ObjectMissing
+from registry._errors import CommitOutcomeUnknown
 from tasks.attempts import grade_retained
 from tasks.candidate import CandidateRun, execute_candidate
 from tasks.progress import attempt_done
@@ -33,7 +33,7 @@ def infrastructure_failure(task: Task[Any, Any], task_run: TaskRun, state: State
     """Retry only when storage or the network failed, never for a verdict or a refusal."""
     try:
         state.result()
-    except (OSError, CommitOutcomeUnknown, ObjectMissing):
+    except (OSError, CommitOutcomeUnknown):
         return True
     except BaseException:
         return False

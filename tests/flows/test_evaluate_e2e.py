@@ -169,3 +169,22 @@ def test_ephemeral_mode_without_a_server(tmp_path: Path) -> None:
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
     _, _, summary = freeze_and_run(tmp_path, str(tmp_path / "reg"), env)
     assert verdicts(summary["report"]) == EXPECTED
+
+
+def test_a_plan_frozen_elsewhere_is_refused_with_a_clear_message(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    spec = copy_demo(tmp_path / "exp")
+    plan = tmp_path / "plan.json"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", str(tmp_path / "a"), env=cli_env).returncode == 0
+    ran = tribunal("run", "--plan", str(plan), "--registry", str(tmp_path / "b"), "--config",
+                   str(spec.parent / "tribunal.toml"), env=cli_env)
+    assert ran.returncode == 2
+    assert "freeze the experiment into this registry first" in ran.stderr and "Traceback" not in ran.stderr
+
+
+def test_run_without_a_config_says_where_it_looked(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    spec = copy_demo(tmp_path / "exp")
+    plan = tmp_path / "plan.json"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", str(tmp_path / "r"), env=cli_env).returncode == 0
+    env = {k: v for k, v in cli_env.items() if k != "TRIBUNAL_CONFIG"}
+    ran = tribunal("run", "--plan", str(plan), "--registry", str(tmp_path / "r"), cwd=tmp_path, env=env)
+    assert ran.returncode == 2 and "config file not found" in ran.stderr and "Traceback" not in ran.stderr

@@ -11,7 +11,7 @@ from tests.helpers import copy_demo
 
 def test_flow_run_publishes_progress_and_results(tmp_path: Path, prefect_api: str) -> None:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
     from flows.evaluate import evaluate
 
@@ -26,10 +26,14 @@ def test_flow_run_publishes_progress_and_results(tmp_path: Path, prefect_api: st
     assert summary.ran == 10 and summary.resolved == 5
 
     async def read() -> tuple[list, list, str]:  # type: ignore[type-arg]
+        run_id = state.state_details.flow_run_id
+        mine = ArtifactFilterFlowRunId(any_=[run_id])
         async with get_client() as client:
-            progress = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["evaluate-demo"])))
-            table = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["results-demo"])))
-            run = await client.read_flow_run(state.state_details.flow_run_id)
+            progress = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["evaluate-demo"]), flow_run_id=mine))
+            table = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["results-demo"]), flow_run_id=mine))
+            run = await client.read_flow_run(run_id)
             return progress, table, run.name
 
     progress, table, name = asyncio.run(read())

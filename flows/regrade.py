@@ -1,0 +1,103 @@
+"""The ``regrade`` flow: new grader bytes over retained evidence (SPEC §7).
+
+Attempts are regraded in plan order, one batch task at a time, so that a
+missing piece of evidence stops the flow with every earlier attempt already
+regraded and recorded. The canonical experiment record is then rewritten as
+a new version, with a mutation receipt saying what changed it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
+from pydantic import BaseModel, ConfigDict
+
+from registry import Config, Registry, find_config, load_config, load_plan
+from tasks.attempts import AttemptState, attempt_states
+from tasks.progress import attempt_done
+from tasks.regrade import RegradeOutcome, latest_record_digest, record_mutation, regrade_attempt
+from tasks.report import build_report, head_label, seal_experiment_record
+
+BATCH = 25
+
+
+class RegradeSummary(BaseModel):
+    """What one regrade did."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    experiment: str
+    plan_hash: str
+    profile: str | None
+    attempts: int
+    changed: int
+    unchanged: int
+    graders: list[str]
+    missing_profiles: list[str]
+    record: str
+    report: dict[str, object]
+
+
+@task(name="regrade-attempts", cache_policy=NO_CACHE, persist_result=False)
+def regrade_batch(batch: list[tuple[str, AttemptState]], registry: Registry, config: Config, profile: str | None,
+                  scratch: Path) -> list[RegradeOutcome]:
+    """Regrade a batch of attempts in order; the first missing evidence stops the batch."""
+    outcomes = []
+    for attempt_id, state in batch:
+        outcomes.append(regrade_attempt(registry, state, attempt_id, config, profile, scratch))
+        attempt_done("regraded")
+    return outcomes
+
+
+def run_name() -> str:
+    """``regrade-<experiment>-<grader version>``, as operators see it in the UI."""
+    try:
+        params = flow_run.parameters
+        plan = load_plan(Path(params["plan_path"]))
+        config = load_config(find_config(params.get("config_path")))
+        names = {params.get("profile")} if params.get("profile") else {c.grader_profile for c in plan.cases}
+        versions = sorted(config.grader_profiles[n].version if n in config.grader_profiles else "unavailable" for n in names)
+        return f"regrade-{plan.experiment}-{'+'.join(versions)}"
+    except Exception:  # naming must never fail a run; the flow reports bad input itself
+        return "regrade"
+
+
+@flow(name="regrade", flow_run_name=run_name)
+def regrade(plan_path: str, registry_url: str, config_path: str | None = None, profile: str | None = None) -> RegradeSummary:
+    """Regrade every attempt of a plan with the current grader bytes; never runs a candidate."""
+    logger = get_run_logger()
+    plan = load_plan(Path(plan_path))
+    config = load_config(find_config(config_path))
+    registry = Registry.open(registry_url)
+    previous = latest_record_digest(registry, plan)
+    head_before = head_label(registry)
+    states = attempt_states(registry, plan.experiment)
+    refs = list(plan.attempt_refs())
+    empty = AttemptState({})
+    work = [(ref.attempt_id, states.get(ref.attempt_id, empty)) for ref in refs]
+    profiles = {profile} if profile else {case.grader_profile for case in plan.cases}
+    missing = sorted(name for name in profiles if name not in config.grader_profiles)
+    for name in missing:
+        logger.warning("grader profile %r is not configured: its attempts get fail-closed missing:%s generations, "
+                       "which become their current verdicts", name, name)
+    progress = create_progress_artifact(progress=0.0, description=f"regrade {plan.experiment}")
+    outcomes: list[RegradeOutcome] = []
+    with tempfile.TemporaryDirectory(prefix="tribunal-regrade-") as scratch:
+        for start in range(0, len(work), BATCH):
+            future = regrade_batch.submit(work[start : start + BATCH], registry, config, profile, Path(scratch))
+            outcomes += future.result()
+            update_progress_artifact(progress, progress=100.0 * len(outcomes) / max(1, len(work)))
+    _, new_record = seal_experiment_record(registry, plan)
+    record_mutation(registry, plan, previous, new_record, profile, outcomes, head_before)
+    report = build_report(registry, plan)
+    return RegradeSummary(
+        experiment=plan.experiment, plan_hash=plan.plan_hash, profile=profile, attempts=len(outcomes),
+        changed=sum(o.changed for o in outcomes), unchanged=sum(not o.changed for o in outcomes),
+        graders=sorted({f"{o.grader_id}@{o.grader_version}" for o in outcomes}), missing_profiles=missing,
+        record=new_record, report=report,
+    )

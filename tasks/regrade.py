@@ -1,0 +1,128 @@
+"""Regrade (SPEC §7; seed 003): grade retained evidence again, never the candidate.
+
+Per attempt, the retained contract, candidate result and terminal evidence
+are required ("candidate evidence missing for <attempt>" otherwise). Candidate
+success is re-derived from the retained envelope alone -- status ``completed``
+and exit code 0 -- not from any stored verdict. The grader runs through the
+same boundary as ``tribunal run`` with the profile's *current* bytes; the new
+result and receipt are appended as generation n+1. A receipt identical to the
+current one appends nothing (same bytes, same verdict: nothing to record).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry import (
+    AttemptContract,
+    CandidateResult,
+    Config,
+    ExperimentRecord,
+    NewEntry,
+    Plan,
+    Registry,
+    Role,
+    TerminalEvidence,
+    TribunalError,
+    canonical_json,
+    digest,
+)
+from registry._models import Strict
+from tasks.attempts import AttemptState, grader_input_for, store_grading
+from tasks.grading import grade
+from tasks.retain import RetainedAttempt
+
+REQUIRED = (Role.ATTEMPT_CONTRACT, Role.CANDIDATE_RESULT, Role.TERMINAL_EVIDENCE)
+
+
+class EvidenceMissing(TribunalError):
+    """An attempt has no retained candidate evidence to regrade."""
+
+
+class RecordMissing(TribunalError):
+    """The experiment has no canonical record to rewrite."""
+
+
+class MutationReceipt(Strict):
+    """Why the canonical experiment record changed: which operation, which grader, from what to what."""
+
+    schema_version: str = "tribunal.mutation_receipt.v1"
+    operation: str
+    experiment: str
+    plan_hash: str
+    grader_profile: str | None
+    graders: list[str]
+    attempts_changed: int
+    previous_record: str
+    new_record: str
+    manifest_head_before: str | None
+
+
+@dataclass(frozen=True)
+class RegradeOutcome:
+    attempt_id: str
+    generation: int | None
+    grader_id: str
+    grader_version: str
+    changed: bool
+
+
+def envelope_succeeded(terminal: TerminalEvidence) -> bool:
+    """Candidate success from the retained envelope only: it completed and exited 0."""
+    return terminal.status == "completed" and terminal.exit_code == 0
+
+
+def latest_record_digest(registry: Registry, plan: Plan) -> str:
+    """The digest of the newest canonical experiment record, or RecordMissing."""
+    records = [e for e in registry.entries(experiment_id=plan.experiment, role=Role.EXPERIMENT_RECORD)
+               if ExperimentRecord.model_validate(json.loads(registry.get(e.digest))).plan_hash == plan.plan_hash]
+    if not records:
+        raise RecordMissing("canonical experiment record is missing for regrade; run `tribunal run` first")
+    return records[-1].digest
+
+
+def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, config: Config,
+                    profile: str | None, scratch: Path) -> RegradeOutcome:
+    """Grade one attempt's retained evidence with the current profile bytes; append generation n+1."""
+    if any(role not in state.entries for role in REQUIRED):
+        raise EvidenceMissing(f"candidate evidence missing for {attempt_id}")
+    read = lambda role: json.loads(registry.get(state.entries[role].digest))  # noqa: E731
+    contract = AttemptContract.model_validate(read(Role.ATTEMPT_CONTRACT))
+    candidate = CandidateResult.model_validate(read(Role.CANDIDATE_RESULT))
+    terminal = TerminalEvidence.model_validate(read(Role.TERMINAL_EVIDENCE))
+    retained = RetainedAttempt(
+        contract=contract.model_copy(update={"grader_profile": profile or contract.grader_profile}),
+        result=candidate.model_copy(update={"succeeded": envelope_succeeded(terminal)}),
+        patch=registry.get(candidate.patch_digest),
+    )
+    grading = grade(
+        attempt_id=attempt_id, profile_name=retained.contract.grader_profile, config=config,
+        grader_input=grader_input_for(retained), snapshot=registry.get(contract.snapshot_digest),
+        patch=retained.patch, scratch=scratch,
+    )
+    current = state.entries.get(Role.GRADER_RECEIPT)
+    receipt_digest = digest(grading.receipt_bytes)
+    ids = (grading.result.grader_id, grading.result.grader_version)
+    if current is not None and current.digest == receipt_digest:
+        return RegradeOutcome(attempt_id, current.generation, *ids, changed=False)
+    generation = (current.generation or 1) + 1 if current is not None else 1
+    store_grading(registry, contract, grading, generation=generation, step=f"regrade:{receipt_digest}")
+    return RegradeOutcome(attempt_id, generation, *ids, changed=True)
+
+
+def record_mutation(registry: Registry, plan: Plan, previous: str, new_record: str, profile: str | None,
+                    outcomes: list[RegradeOutcome], head_before: str | None) -> MutationReceipt:
+    """Append the receipt of a regrade's change to the canonical record."""
+    receipt = MutationReceipt(
+        operation="regrade", experiment=plan.experiment, plan_hash=plan.plan_hash, grader_profile=profile,
+        graders=sorted({f"{o.grader_id}@{o.grader_version}" for o in outcomes}),
+        attempts_changed=sum(o.changed for o in outcomes), previous_record=previous, new_record=new_record,
+        manifest_head_before=head_before,
+    )
+    body = canonical_json(receipt.model_dump(mode="json"))
+    object_digest = registry.put(body)
+    registry.append([NewEntry(txn=f"mutation:{digest(body)}", role=Role.MUTATION_RECEIPT.value,
+                              experiment_id=plan.experiment, digest=object_digest, size=len(body))])
+    return receipt

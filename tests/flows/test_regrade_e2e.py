@@ -1,0 +1,149 @@
+"""`tribunal regrade` through the CLI: new generations from retained evidence, never a candidate run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from registry import Registry, Role
+from tasks.regrade import envelope_succeeded
+from registry import ObservedIdentity, TerminalEvidence
+from tests.helpers import copy_demo, tribunal
+
+STRICT_GRADER = '''"""v2: also refuses patches that add files outside the package."""
+import json, subprocess, sys
+grader_input = json.load(sys.stdin)
+if not grader_input.get("candidate_succeeded", False):
+    print(json.dumps({"passed": False, "reason": "candidate did not complete"}))
+    raise SystemExit(0)
+if "new file mode" in grader_input["patch"]:
+    print(json.dumps({"passed": False, "reason": "patch adds files"}))
+    raise SystemExit(0)
+run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], capture_output=True, text=True)
+print(json.dumps({"passed": run.returncode == 0}))
+'''
+
+
+def counting_experiment(tmp_path: Path) -> tuple[Path, Path]:
+    """The demo with every command candidate wrapped to count its invocations."""
+    spec = copy_demo(tmp_path / "exp")
+    counter = tmp_path / "invocations.log"
+    wrapper = spec.parent / "agents" / "count_then_run.py"
+    wrapper.write_text(
+        "import runpy, sys\n"
+        f"open({str(counter)!r}, 'a').write(sys.argv[1] + '\\n')\n"
+        "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    text = spec.read_text().replace('command = ["python3", "{experiment_dir}/agents/',
+                                    f'command = ["{sys.executable}", "{{experiment_dir}}/agents/count_then_run.py", "{{experiment_dir}}/agents/')
+    spec.write_text(text)
+    return spec, counter
+
+
+def run_demo(tmp_path: Path, env: dict[str, str]) -> tuple[Path, Path, Path, str]:
+    spec, counter = counting_experiment(tmp_path)
+    registry = str(tmp_path / "reg")
+    plan = tmp_path / "plan.json"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=env).returncode == 0
+    config = spec.parent / "tribunal.toml"
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), env=env)
+    assert ran.returncode == 0, ran.stderr
+    return plan, config, counter, registry
+
+
+def upgrade_grader(config: Path) -> None:
+    """Install grader v2 under the same profile name: new bytes, new version."""
+    grader = config.parent / "graders" / "run_tests.py"
+    grader.write_text(STRICT_GRADER)
+    sha = hashlib.sha256(grader.read_bytes()).hexdigest()
+    text = config.read_text()
+    old_sha = text.split('sha256 = "')[1].split('"')[0]
+    config.write_text(text.replace(old_sha, sha).replace('version = "1"', 'version = "2"'))
+
+
+def test_regrade_appends_one_generation_per_attempt_and_runs_no_candidate(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Positive control regrade:no-candidate-rerun: the candidate count must not move."""
+    plan, config, counter, registry = run_demo(tmp_path, cli_env)
+    invocations = counter.read_text().count("\n")
+    results_before = len(Registry.open(registry).entries(role=Role.GRADER_RESULT))
+    upgrade_grader(config)
+    done = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=cli_env)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert counter.read_text().count("\n") == invocations
+    store = Registry.open(registry)
+    new_results = store.entries(role=Role.GRADER_RESULT)[results_before:]
+    assert len(new_results) == 10 and len({e.attempt_id for e in new_results}) == 10
+    assert {(e.generation, e.grader_version) for e in new_results} == {(2, "2")}
+    assert summary["graders"] == ["suite-checker@2"] and summary["changed"] == 10
+    verdicts = {(a["case_id"], a["candidate_id"]): (a["terminal_class"], a["generation"], a["grader_version"])
+                for a in summary["report"]["attempts"]}
+    assert verdicts[("off-by-one", "agent-leaky")] == ("grader_failure", 2, "2")  # v2 refuses added files
+    assert verdicts[("off-by-one", "agent-fixer")] == ("resolved", 2, "2")
+    assert verdicts[("off-by-one", "agent-crasher")] == ("candidate_failure", 2, "2")
+    assert [e.role for e in store.entries(role=Role.MUTATION_RECEIPT)] == [Role.MUTATION_RECEIPT]
+    assert len(store.entries(role=Role.EXPERIMENT_RECORD)) == 2
+    doctor = tribunal("doctor", "--plan", str(plan), "--registry", registry, "--json", env=cli_env)
+    assert doctor.returncode == 0, doctor.stdout
+
+    again = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=cli_env)
+    assert json.loads(again.stdout)["changed"] == 0
+    assert len(Registry.open(registry).entries(role=Role.GRADER_RESULT)) == results_before + 10
+    assert counter.read_text().count("\n") == invocations
+
+
+def test_an_unconfigured_profile_warns_and_its_failures_become_current(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    plan, config, _, registry = run_demo(tmp_path, cli_env)
+    done = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config),
+                    "--profile", "nope", "--json", env=cli_env)
+    assert done.returncode == 0, done.stderr
+    assert "'nope' is not configured" in done.stderr and "become their current verdicts" in done.stderr
+    attempts = json.loads(done.stdout)["report"]["attempts"]
+    assert {(a["grader_id"], a["grader_version"]) for a in attempts} == {("missing:nope", "unavailable")}
+    assert not any(a["resolved"] for a in attempts)
+
+
+def test_regrade_needs_a_canonical_record(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    spec = copy_demo(tmp_path / "exp")
+    plan = tmp_path / "plan.json"
+    registry = str(tmp_path / "reg")
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
+    done = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config",
+                    str(spec.parent / "tribunal.toml"), env=cli_env)
+    assert done.returncode == 1 and "canonical experiment record is missing for regrade" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_missing_candidate_evidence_stops_with_earlier_attempts_regraded(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    spec = copy_demo(tmp_path / "exp")
+    config = spec.parent / "tribunal.toml"
+    line = 'aws_access_key = "AKIA[0-9A-Z]{16}"\n'
+    config.write_text(config.read_text().replace(line, line + 'a_marker = "credentials \\\\[REDACTED\\\\]"\n'))
+    plan = tmp_path / "plan.json"
+    registry = str(tmp_path / "reg")
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
+    assert tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env).returncode == 1
+    upgrade_grader(config)
+    done = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env)
+    assert done.returncode == 1
+    body = json.loads(plan.read_text())
+    from registry import attempt_id
+
+    leaky = attempt_id(body["plan_hash"], "off-by-one", "agent-leaky", 0)
+    assert f"candidate evidence missing for {leaky}" in done.stderr
+    regraded = Counter(e.attempt_id for e in Registry.open(registry).entries(role=Role.GRADER_RESULT) if e.generation == 2)
+    assert len(regraded) == 3  # fixer, hasty, crasher of off-by-one come before the leaky attempt
+
+
+def test_candidate_success_comes_from_the_envelope_only() -> None:
+    def terminal(status: str, code: int | None) -> TerminalEvidence:
+        return TerminalEvidence(attempt_id="sha256:" + "a" * 64, status=status, exit_code=code, started="a", ended="b",
+                                duration_s=1, observed=ObservedIdentity(), session_ids=[], cost_usd=None)
+
+    assert envelope_succeeded(terminal("completed", 0))
+    assert not envelope_succeeded(terminal("failed", 1))
+    assert not envelope_succeeded(terminal("timeout", None))
+    assert not envelope_succeeded(terminal("completed", 2))
