@@ -218,28 +218,65 @@ def regrade(
     render_report(summary.report)
 
 
+FORMATS = ("table", "json", "md", "html", "swebench")
+
+
 @app.command()
 def report(
-    plan: Annotated[Path, typer.Option("--plan", help="Frozen plan.json.")],
+    plan: Annotated[Path | None, typer.Option("--plan", help="Frozen plan.json.")] = None,
     registry: RegistryOption = None,
-    format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    grader_version: Annotated[str | None, typer.Option("--grader-version", help="Admit only attempts this grader version graded.")] = None,
+    format: Annotated[str, typer.Option("--format", help="table, json, md, html or swebench.")] = "table",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write to a file instead of stdout.")] = None,
+    compare: Annotated[tuple[str, str] | None, typer.Option("--compare", help="Two stored report digests: before after.")] = None,
 ) -> None:
-    """Report the current verdict of every attempt and pass rates per candidate."""
-    if format not in ("table", "json"):
-        raise UsageError(f"--format {format!r}: choose table or json")
-    frozen = load_plan(plan)
-    from tasks.report import build_report
+    """Report current verdicts and pass rates (stored in the registry), or compare two stored reports."""
+    if format not in FORMATS:
+        raise UsageError(f"--format {format!r}: choose one of {', '.join(FORMATS)}")
+    from tasks.report import build_report, compare_reports, load_report, rates_by_grader_version
+    from tasks.report_formats import to_html, to_markdown, to_swebench
 
-    built = build_report(open_registry(registry), frozen)
+    store = open_registry(registry)
+    if compare is not None:
+        diff = compare_reports(load_report(store, compare[0]), load_report(store, compare[1]))
+        print_json(diff) if format == "json" else render_comparison(diff)
+        return
+    if plan is None:
+        raise UsageError("report needs --plan (or --compare A B)")
+    frozen = load_plan(plan)
+    built = build_report(store, frozen, grader_version)
+    text = {
+        "json": lambda: canonical_json(built).decode() + "\n",
+        "md": lambda: to_markdown(built),
+        "html": lambda: to_html(built, rates_by_grader_version(store, frozen)),
+        "swebench": lambda: canonical_json(to_swebench(built)).decode() + "\n",
+        "table": lambda: _table_text(built),
+    }[format]
     if output is not None:
-        text = canonical_json(built).decode() if format == "json" else _table_text(built)
-        output.write_text(text + "\n")
+        output.write_text(text())
         out.print(f"report {built['report_digest']} -> {output}")
-    elif format == "json":
-        print_json(built)
-    else:
+    elif format == "table":
         render_report(built)
+    else:
+        sys.stdout.write(text())
+    if format != "json":
+        err.print(f"stored report {built['report_digest']}")
+
+
+def render_comparison(diff: dict[str, Any]) -> None:
+    """Print verdict flips and pass-rate changes between two stored reports."""
+    flips = Table("case", "candidate", "#", "before", "after", "graders", title=f"{len(diff['flips'])} verdict flips")
+    for flip in diff["flips"]:
+        flips.add_row(flip["case_id"], flip["candidate_id"], str(flip["index"]), flip["before"], flip["after"],
+                      f"{flip['grader_before']} -> {flip['grader_after']}")
+    out.print(flips)
+    rates = Table("candidate", "before", "after", "change", title="pass rate per candidate")
+    for name, rate in diff["pass_rates"].items():
+        pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+        change = "-" if rate["change"] is None else f"{100 * rate['change']:+.1f} pts"
+        rates.add_row(name, f"{pct(rate['before'])} ({', '.join(rate['graders_before'])})",
+                      f"{pct(rate['after'])} ({', '.join(rate['graders_after'])})", change)
+    out.print(rates)
 
 
 def _table_text(built: dict[str, Any]) -> str:
@@ -257,18 +294,22 @@ def quiet_prefect_failures() -> None:
 def render_report(built: dict[str, Any], console: Console | None = None) -> None:
     """Print attempts and per-candidate pass rates of a report."""
     console = console or out
-    attempts = Table("case", "candidate", "#", "verdict", "grader", title=f"{built['experiment']} ({built['layer']})")
+    attempts = Table("case", "candidate", "#", "verdict", "grader", "gen", title=f"{built['experiment']} ({built['layer']})")
     for item in built["attempts"]:
-        grader = f"{item['grader_id']}@{item['grader_version']}" if item["grader_id"] else "-"
-        style = "green" if item["resolved"] else "red" if item["terminal_class"] != "pending" else "dim"
-        attempts.add_row(item["case_id"], item["candidate_id"], str(item["index"]),
-                         f"[{style}]{item['terminal_class']}[/]", grader)
+        style = "green" if item["resolved"] else "red"
+        attempts.add_row(item["case_id"], item["candidate_id"], str(item["index"]), f"[{style}]{item['terminal_class']}[/]",
+                         f"{item['grader_id']}@{item['grader_version']}", str(item["generation"]))
     console.print(attempts)
-    rates = Table("candidate", "attempts", "graded", "resolved", "pass rate", title="pass rate per candidate")
+    rates = Table("candidate", "attempts", "resolved", "pass rate", "graders", title="pass rate per candidate")
     for name, tally in built["summary"]["candidates"].items():
-        rate = "-" if tally["pass_rate"] is None else f"{100 * tally['pass_rate']:.0f}%"
-        rates.add_row(name, str(tally["attempts"]), str(tally["graded"]), str(tally["resolved"]), rate)
+        if tally is None:
+            rates.add_row(name, "0", "0", "-", "not graded")
+            continue
+        rates.add_row(name, str(tally["attempts"]), str(tally["resolved"]), f"{100 * tally['pass_rate']:.0f}%",
+                      ", ".join(tally["graders"]))
     console.print(rates)
+    if built["summary"]["not_graded"]:
+        console.print(f"{built['summary']['not_graded']} attempts not graded (by this layer)")
     console.print(f"report {built['report_digest']} at manifest head {built['manifest_head']}")
 
 

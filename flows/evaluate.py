@@ -127,7 +127,9 @@ def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, 
     record, _ = seal_experiment_record(registry, plan)
     report = build_report(registry, plan)
     create_table_artifact(
-        [{"candidate": name, **tally} for name, tally in report["summary"]["candidates"].items()],
+        [{"candidate": name, "attempts": tally["attempts"], "resolved": tally["resolved"],
+          "pass_rate": tally["pass_rate"], "graders": ", ".join(tally["graders"])}
+         for name, tally in report["summary"]["candidates"].items() if tally],
         key=artifact_key("results", plan.experiment),
         description=f"{plan.experiment}: pass rate per candidate (report {report['report_digest']})",
     )

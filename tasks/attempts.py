@@ -73,9 +73,15 @@ def grader_input_for(retained: RetainedAttempt) -> GraderInput:
 
 @dataclass(frozen=True)
 class AttemptState:
-    """What the manifest holds for one attempt."""
+    """What the manifest holds for one attempt: the newest entry per role, and all of them."""
 
     entries: dict[str, ManifestEntry]
+    history: tuple[ManifestEntry, ...] = ()
+
+    def receipts(self, grader_version: str | None = None) -> list[ManifestEntry]:
+        """Grader receipt entries in manifest order, optionally only those of one grader version."""
+        return [e for e in self.history if e.role == Role.GRADER_RECEIPT
+                and (grader_version is None or e.grader_version == grader_version)]
 
     @property
     def sealed(self) -> bool:
@@ -88,11 +94,14 @@ class AttemptState:
 
 def attempt_states(registry: Registry, experiment: str) -> dict[str, AttemptState]:
     """Return the newest entry per role for every attempt of an experiment."""
-    by_attempt: dict[str, dict[str, ManifestEntry]] = defaultdict(dict)
+    by_attempt: dict[str, list[ManifestEntry]] = defaultdict(list)
     for entry in registry.entries(experiment_id=experiment):
         if entry.attempt_id is not None:
-            by_attempt[entry.attempt_id][entry.role] = entry
-    return {attempt: AttemptState(entries) for attempt, entries in by_attempt.items()}
+            by_attempt[entry.attempt_id].append(entry)
+    return {
+        attempt: AttemptState({entry.role: entry for entry in history}, tuple(history))
+        for attempt, history in by_attempt.items()
+    }
 
 
 def load_retained(registry: Registry, state: AttemptState) -> RetainedAttempt:
@@ -135,13 +144,13 @@ def grade_retained(retained: RetainedAttempt, config: Config, registry: Registry
     return grading.result
 
 
-def summarize(registry: Registry, state: AttemptState) -> AttemptSummary:
-    """The current verdict of a sealed attempt, from its newest receipt and result."""
+def summarize(registry: Registry, state: AttemptState, receipt_entry: ManifestEntry | None = None) -> AttemptSummary:
+    """An attempt's verdict under one receipt: by default the newest (last in sequence wins)."""
     contract = AttemptContract.model_validate(json.loads(registry.get(state.entries[Role.ATTEMPT_CONTRACT].digest)))
     candidate = CandidateResult.model_validate(json.loads(registry.get(state.entries[Role.CANDIDATE_RESULT].digest)))
-    receipt_entry = state.entries[Role.GRADER_RECEIPT]
+    receipt_entry = receipt_entry or state.entries[Role.GRADER_RECEIPT]
     receipt = GraderReceipt.model_validate(json.loads(registry.get(receipt_entry.digest)))
-    result = GraderResult.model_validate(json.loads(registry.get(state.entries[Role.GRADER_RESULT].digest)))
+    result = GraderResult.model_validate(json.loads(registry.get(receipt.result_hash)))
     verdict = terminal_class(
         harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded, grader_results=[result]
     )

@@ -1,11 +1,12 @@
 """Receipt audit for ``tribunal doctor`` (SPEC §8; seed 000 "Governance records").
 
-For every attempt whose current state is resolved or grader_failure, the
-newest grader receipt is re-verified like a stranger would: its integrity
-hash re-derived; the input, output and result it names must be entries of
-the same attempt in the manifest and read back as those bytes; and the
-graded result must agree with the receipt on attempt, verdict, grader id and
-version. A damaged record is a finding, never an exception.
+The current verdict of every attempt is rebuilt (last in sequence wins); for
+each attempt that stands resolved or grader_failure, its receipt chain is
+walked newest first and each receipt re-verified like a stranger would: its
+integrity hash re-derived; the input, output and result it names must be
+entries of the same attempt and read back as those bytes; the graded result
+must agree with the receipt on attempt, verdict, grader id and version; and
+generations must run 1, 2, 3... A damaged record is a finding, never an exception.
 """
 
 from __future__ import annotations
@@ -43,25 +44,13 @@ def _finding(kind: str, entry: ManifestEntry, message: str) -> Finding:
     return Finding(kind=kind, seq=entry.seq, digest=entry.digest, message=f"attempt {entry.attempt_id}: {message}")
 
 
-def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
-    """Audit one attempt's newest receipt; ``entries`` are the attempt's entries in seq order."""
-    newest = {entry.role: entry for entry in entries}
-    receipt_entry, result_entry = newest.get(Role.GRADER_RECEIPT), newest.get(Role.GRADER_RESULT)
-    candidate_entry = newest.get(Role.CANDIDATE_RESULT)
-    if receipt_entry is None or result_entry is None or candidate_entry is None:
-        return []
-    raw = {role: _load(registry, entry) for role, entry in
-           ((Role.GRADER_RECEIPT, receipt_entry), (Role.GRADER_RESULT, result_entry), (Role.CANDIDATE_RESULT, candidate_entry))}
+def _check_receipt(registry: Registry, receipt_entry: ManifestEntry, entries: list[ManifestEntry]) -> list[Finding]:
+    """Verify one receipt: its seal, the artifacts it names, and the result it seals."""
+    data = _load(registry, receipt_entry)
     try:
-        receipt = GraderReceipt.model_validate(json.loads(raw[Role.GRADER_RECEIPT] or b""))
-        result = GraderResult.model_validate(json.loads(raw[Role.GRADER_RESULT] or b""))
-        candidate = CandidateResult.model_validate(json.loads(raw[Role.CANDIDATE_RESULT] or b""))
+        receipt = GraderReceipt.model_validate(json.loads(data or b""))
     except (ValueError, ValidationError):
-        return [_finding("receipt-unreadable", receipt_entry, "receipt, result or candidate result does not parse")]
-    state = terminal_class(harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded,
-                           grader_results=[result])
-    if state not in AUDITED:
-        return []
+        return [_finding("receipt-unreadable", receipt_entry, "grader receipt does not parse")]
     findings = []
     if not receipt_seal_holds(receipt):
         findings.append(_finding("receipt-seal-broken", receipt_entry, "integrity hash does not cover the receipt's fields"))
@@ -70,14 +59,57 @@ def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Find
     by_digest = {entry.digest: entry for entry in entries}
     for label, claimed in (("input", receipt.input_hash), ("output", receipt.output_hash), ("result", receipt.result_hash)):
         entry = by_digest.get(claimed)
-        data = _load(registry, entry) if entry is not None else None
-        if data is None or digest(data) != claimed:
+        blob = _load(registry, entry) if entry is not None else None
+        if blob is None or digest(blob) != claimed:
             findings.append(_finding("receipt-artifact-missing", receipt_entry,
                                      f"grader {label} {claimed} is not in this attempt's manifest entries or does not read back"))
-    if result_entry.digest != receipt.result_hash:
-        findings.append(_finding("receipt-result-mismatch", result_entry, "newest grader result is not the one the receipt seals"))
-    for field in receipt_disagreements(receipt, result):
-        findings.append(_finding("receipt-result-disagrees", receipt_entry, f"result and receipt disagree on {field}"))
+    result_entry = by_digest.get(receipt.result_hash)
+    if result_entry is not None and (blob := _load(registry, result_entry)) is not None:
+        try:
+            result = GraderResult.model_validate(json.loads(blob))
+        except (ValueError, ValidationError):
+            return findings + [_finding("receipt-unreadable", result_entry, "grader result does not parse")]
+        for field in receipt_disagreements(receipt, result):
+            findings.append(_finding("receipt-result-disagrees", receipt_entry, f"result and receipt disagree on {field}"))
+    return findings
+
+
+def current_class(registry: Registry, entries: list[ManifestEntry]) -> str | None:
+    """Rebuild the current verdict, last in sequence wins; None if it cannot be read."""
+    newest = {entry.role: entry for entry in entries}
+    try:
+        candidate = CandidateResult.model_validate(json.loads(_load(registry, newest[Role.CANDIDATE_RESULT]) or b""))
+        result = GraderResult.model_validate(json.loads(_load(registry, newest[Role.GRADER_RESULT]) or b""))
+    except (KeyError, ValueError, ValidationError):
+        return None
+    return terminal_class(harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded,
+                          grader_results=[result])
+
+
+def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
+    """Audit one attempt (entries in seq order): every receipt generation, newest first."""
+    receipts = [entry for entry in entries if entry.role == Role.GRADER_RECEIPT]
+    if not receipts:
+        return []
+    state = current_class(registry, entries)
+    if state is None:
+        return [_finding("receipt-unreadable", receipts[-1], "current candidate or grader result does not parse")]
+    if state not in AUDITED:
+        return []
+    findings = []
+    generations = [entry.generation or 1 for entry in receipts]
+    if generations != list(range(1, len(receipts) + 1)):
+        findings.append(_finding("generation-gap", receipts[-1], f"receipt generations run {generations}, not 1..{len(receipts)}"))
+    newest_result = next((e for e in reversed(entries) if e.role == Role.GRADER_RESULT), None)
+    if newest_result is not None and (blob := _load(registry, receipts[-1])) is not None:
+        try:
+            if json.loads(blob).get("result_hash") != newest_result.digest:
+                findings.append(_finding("receipt-result-mismatch", newest_result,
+                                         "newest grader result is not the one the newest receipt seals"))
+        except ValueError:
+            pass
+    for receipt_entry in reversed(receipts):
+        findings += _check_receipt(registry, receipt_entry, entries)
     return findings
 
 

@@ -1,13 +1,18 @@
-"""Current verdicts, the experiment record, and reports (SPEC §5.6, §8, §10). No Prefect.
+"""Current verdicts, the experiment record, reports and their comparison (SPEC §5.6, §8, §10). No Prefect.
 
-The current verdict of an attempt is the newest grader receipt in manifest
-order (last in sequence wins); earlier generations stay addressable. Reports
-and experiment records are stored like evidence: canonical bytes, a manifest
-entry, and the manifest head they were computed at.
+The current verdict of an attempt is its newest grader receipt in manifest
+order (last in sequence wins); earlier generations stay addressable. A report
+pinned to a grader version admits only attempts that version graded, reading
+that version's newest receipt, so it never mixes in another version. Every
+report is stored like evidence -- canonical bytes and a ``report`` manifest
+entry -- and carries the manifest head it was computed at; comparisons read
+two stored reports back by digest.
 """
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from typing import Any
 
 from registry import (
@@ -17,12 +22,18 @@ from registry import (
     Plan,
     Registry,
     Role,
+    TribunalError,
     canonical_json,
     digest_json,
+    is_digest,
 )
 from tasks.attempts import attempt_states, summarize
 
 LAYER = "normalized-result.v1"
+
+
+class ReportNotFound(TribunalError):
+    """A digest given to --compare does not name a stored report."""
 
 
 def head_label(registry: Registry) -> str | None:
@@ -31,14 +42,16 @@ def head_label(registry: Registry) -> str | None:
     return f"{head.seq}:{head.entry_hash}" if head else None
 
 
-def current_summaries(registry: Registry, plan: Plan) -> dict[str, AttemptSummary]:
-    """Return the current verdict of every sealed attempt of the plan."""
+def current_summaries(registry: Registry, plan: Plan, grader_version: str | None = None) -> dict[str, AttemptSummary]:
+    """Each graded attempt's verdict: newest receipt overall, or newest of ``grader_version``."""
     states = attempt_states(registry, plan.experiment)
-    return {
-        ref.attempt_id: summarize(registry, states[ref.attempt_id])
-        for ref in plan.attempt_refs()
-        if ref.attempt_id in states and states[ref.attempt_id].sealed
-    }
+    found = {}
+    for ref in plan.attempt_refs():
+        state = states.get(ref.attempt_id)
+        receipts = state.receipts(grader_version) if state else []
+        if state is not None and receipts:
+            found[ref.attempt_id] = summarize(registry, state, receipts[-1])
+    return found
 
 
 def _append_derived(registry: Registry, plan: Plan, role: Role, body: bytes, txn: str) -> str:
@@ -63,36 +76,104 @@ def seal_experiment_record(registry: Registry, plan: Plan) -> tuple[ExperimentRe
     return record, record_digest
 
 
-def build_report(registry: Registry, plan: Plan) -> dict[str, Any]:
-    """Compute, store and return the report of the plan's current verdicts."""
-    summaries = current_summaries(registry, plan)
-    attempts = []
-    per_candidate: dict[str, dict[str, Any]] = {c.id: {"attempts": 0, "graded": 0, "resolved": 0} for c in plan.candidates}
+def cohort_key(case_id: str, snapshot: str, prompt: str, layer: str) -> str:
+    """Attempts are comparable only inside one cohort: same case bytes, prompt and grading layer."""
+    return digest_json([case_id, snapshot, prompt, layer])
+
+
+def _rates(attempts: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    tallies: dict[str, dict[str, Any]] = defaultdict(lambda: {"attempts": 0, "resolved": 0, "graders": set()})
+    for item in attempts:
+        tally = tallies[item[key]]
+        tally["attempts"] += 1
+        tally["resolved"] += item["resolved"]
+        tally["graders"].add(f"{item['grader_id']}@{item['grader_version']}")
+    return {
+        name: {**t, "graders": sorted(t["graders"]), "pass_rate": round(t["resolved"] / t["attempts"], 4)}
+        for name, t in tallies.items()
+    }
+
+
+def build_report(registry: Registry, plan: Plan, grader_version: str | None = None) -> dict[str, Any]:
+    """Compute, store and return the report of the plan's current verdicts (or one grader version's)."""
+    layer = LAYER if grader_version is None else f"{LAYER}@grader-version:{grader_version}"
+    summaries = current_summaries(registry, plan, grader_version)
+    cases = {case.id: case for case in plan.cases}
+    attempts, pending = [], 0
     for ref in plan.attempt_refs():
         summary = summaries.get(ref.attempt_id)
-        tally = per_candidate[ref.candidate_id]
-        tally["attempts"] += 1
-        if summary is not None:
-            tally["graded"] += 1
-            tally["resolved"] += summary.resolved
-        attempts.append(
-            {
-                "attempt_id": ref.attempt_id, "case_id": ref.case_id, "candidate_id": ref.candidate_id,
-                "index": ref.index, "terminal_class": summary.terminal_class if summary else "pending",
-                "resolved": bool(summary and summary.resolved),
-                "grader_id": summary.grader_id if summary else None,
-                "grader_version": summary.grader_version if summary else None,
-                "generation": summary.generation if summary else None,
-            }
-        )
-    for tally in per_candidate.values():
-        tally["pass_rate"] = round(tally["resolved"] / tally["graded"], 4) if tally["graded"] else None
+        if summary is None:
+            pending += 1
+            continue
+        case = cases[ref.case_id]
+        attempts.append({
+            "attempt_id": ref.attempt_id, "case_id": ref.case_id, "candidate_id": ref.candidate_id,
+            "index": ref.index, "terminal_class": summary.terminal_class, "resolved": summary.resolved,
+            "grader_id": summary.grader_id, "grader_version": summary.grader_version,
+            "generation": summary.generation, "receipt": summary.receipt_digest,
+            "cohort_key": cohort_key(case.id, case.snapshot_digest, case.prompt_hash, layer),
+        })
+    cohorts = [
+        {"case_id": case_id, "cohort_key": attempts_of[0]["cohort_key"], **_rates(attempts_of, "case_id")[case_id]}
+        for case_id, attempts_of in _group(attempts, "case_id").items()
+    ]
+    by_candidate = _rates(attempts, "candidate_id")
     body = {
         "schema_version": "tribunal.report.v1", "experiment": plan.experiment, "plan_hash": plan.plan_hash,
-        "layer": LAYER, "manifest_head": head_label(registry), "attempts": attempts,
-        "summary": {"candidates": per_candidate, "resolved": sum(t["resolved"] for t in per_candidate.values()),
-                    "graded": sum(t["graded"] for t in per_candidate.values()), "attempts": len(attempts)},
+        "layer": layer, "grader_version": grader_version, "manifest_head": head_label(registry),
+        "graders": sorted({f"{a['grader_id']}@{a['grader_version']}" for a in attempts}),
+        "attempts": attempts, "cohorts": cohorts,
+        "summary": {"candidates": {c.id: by_candidate.get(c.id) for c in plan.candidates},
+                    "attempts": len(attempts), "resolved": sum(a["resolved"] for a in attempts),
+                    "not_graded": pending},
     }
-    data = canonical_json(body)
-    report_digest = _append_derived(registry, plan, Role.REPORT, data, f"report:{digest_json(body)}")
+    report_digest = _append_derived(registry, plan, Role.REPORT, canonical_json(body), f"report:{digest_json(body)}")
     return {**body, "report_digest": report_digest}
+
+
+def rates_by_grader_version(registry: Registry, plan: Plan) -> dict[str, dict[str, float]]:
+    """Pass rate per candidate under each grader version that graded the experiment (for charts)."""
+    versions = sorted({e.grader_version for e in registry.entries(experiment_id=plan.experiment, role=Role.GRADER_RECEIPT)
+                       if e.grader_version is not None})
+    series: dict[str, dict[str, float]] = defaultdict(dict)
+    for version in versions:
+        summaries = list(current_summaries(registry, plan, version).values())
+        for candidate, tally in _rates([s.model_dump() for s in summaries], "candidate_id").items():
+            series[candidate][" + ".join(tally["graders"])] = tally["pass_rate"]
+    return dict(series)
+
+
+def _group(items: list[dict[str, Any]], key: str) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for item in items:
+        groups[item[key]].append(item)
+    return dict(groups)
+
+
+def load_report(registry: Registry, report_digest: str) -> dict[str, Any]:
+    """Read a stored report back by digest; only digests of ``report`` entries qualify."""
+    if not is_digest(report_digest) or report_digest not in {e.digest for e in registry.entries(role=Role.REPORT)}:
+        raise ReportNotFound(f"{report_digest!r} is not a stored report in this registry (see `tribunal report`)")
+    body: dict[str, Any] = json.loads(registry.get(report_digest))
+    return {**body, "report_digest": report_digest}
+
+
+def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Verdict flips between two reports and the pass-rate change per candidate."""
+    old = {a["attempt_id"]: a for a in before["attempts"]}
+    flips = [
+        {"attempt_id": a["attempt_id"], "case_id": a["case_id"], "candidate_id": a["candidate_id"], "index": a["index"],
+         "before": old[a["attempt_id"]]["terminal_class"], "after": a["terminal_class"],
+         "grader_before": f"{old[a['attempt_id']]['grader_id']}@{old[a['attempt_id']]['grader_version']}",
+         "grader_after": f"{a['grader_id']}@{a['grader_version']}"}
+        for a in after["attempts"]
+        if a["attempt_id"] in old and old[a["attempt_id"]]["resolved"] != a["resolved"]
+    ]
+    rates = {}
+    for name in sorted(set(before["summary"]["candidates"]) | set(after["summary"]["candidates"])):
+        was, now = before["summary"]["candidates"].get(name), after["summary"]["candidates"].get(name)
+        was_rate, now_rate = (was or {}).get("pass_rate"), (now or {}).get("pass_rate")
+        change = round(now_rate - was_rate, 4) if was_rate is not None and now_rate is not None else None
+        rates[name] = {"before": was_rate, "after": now_rate, "change": change,
+                       "graders_before": (was or {}).get("graders", []), "graders_after": (now or {}).get("graders", [])}
+    return {"before": before["report_digest"], "after": after["report_digest"], "flips": flips, "pass_rates": rates}

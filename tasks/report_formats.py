@@ -1,0 +1,116 @@
+"""Report renderings that leave the terminal: Markdown, self-contained HTML, SWE-bench JSON. Pure.
+
+Every number is printed beside the grader id@version that produced it, and
+the report digest and manifest head close every rendering, so a reader can
+fetch the stored report and check it.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from typing import Any
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    """A Markdown report: per-candidate pass rates, cohorts, attempts."""
+    lines = [f"# {report['experiment']} — {report['layer']}", "",
+             f"Graders: {', '.join(report['graders']) or 'none'}", "",
+             "| candidate | attempts | resolved | pass rate | graders |", "|---|---|---|---|---|"]
+    for name, tally in report["summary"]["candidates"].items():
+        if tally:
+            lines.append(f"| {name} | {tally['attempts']} | {tally['resolved']} | {_rate(tally['pass_rate'])} | "
+                         f"{', '.join(tally['graders'])} |")
+    lines += ["", "| case | cohort key | attempts | resolved | pass rate |", "|---|---|---|---|---|"]
+    lines += [f"| {c['case_id']} | `{c['cohort_key'][:19]}…` | {c['attempts']} | {c['resolved']} | {_rate(c['pass_rate'])} |"
+              for c in report["cohorts"]]
+    lines += ["", "| case | candidate | # | verdict | grader | generation |", "|---|---|---|---|---|---|"]
+    lines += [f"| {a['case_id']} | {a['candidate_id']} | {a['index']} | {a['terminal_class']} | "
+              f"{a['grader_id']}@{a['grader_version']} | {a['generation']} |" for a in report["attempts"]]
+    lines += ["", f"Report `{report['report_digest']}` at manifest head `{report['manifest_head']}`."]
+    return "\n".join(lines) + "\n"
+
+
+def _chart(series: dict[str, dict[str, float]]) -> str:
+    """Inline SVG bars: one group per candidate, one bar per grader version."""
+    versions = sorted({version for rates in series.values() for version in rates})
+    palette = ["#3b6ea5", "#d08c2f", "#4f9a5b", "#a04f8f", "#7a7a7a"]
+    bar, gap, height = 22, 26, 160
+    width = max(320, len(series) * (len(versions) * bar + gap) + 60)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 70}" role="img" '
+             'aria-label="pass rate per candidate per grader version">',
+             f'<line x1="40" y1="{height + 10}" x2="{width}" y2="{height + 10}" stroke="#444"/>']
+    x = 50
+    for candidate, rates in series.items():
+        for n, version in enumerate(versions):
+            if version in rates:
+                h = rates[version] * height
+                parts.append(f'<rect x="{x + n * bar}" y="{height + 10 - h:.1f}" width="{bar - 4}" height="{h:.1f}" '
+                             f'fill="{palette[n % len(palette)]}"><title>{html.escape(candidate)} '
+                             f'{html.escape(version)}: {100 * rates[version]:.1f}%</title></rect>')
+        parts.append(f'<text x="{x}" y="{height + 28}" font-size="11">{html.escape(candidate)}</text>')
+        x += len(versions) * bar + gap
+    for n, version in enumerate(versions):
+        parts.append(f'<rect x="{50 + n * 150}" y="{height + 45}" width="10" height="10" fill="{palette[n % len(palette)]}"/>'
+                     f'<text x="{64 + n * 150}" y="{height + 54}" font-size="11">{html.escape(version)}</text>')
+    return "".join(parts) + "</svg>"
+
+
+def to_html(report: dict[str, Any], rates_by_version: dict[str, dict[str, float]]) -> str:
+    """A self-contained HTML page (no external URLs) with the chart and the tables."""
+    rows = "".join(
+        f"<tr><td>{html.escape(a['case_id'])}</td><td>{html.escape(a['candidate_id'])}</td><td>{a['index']}</td>"
+        f"<td class='{'ok' if a['resolved'] else 'no'}'>{a['terminal_class']}</td>"
+        f"<td>{html.escape(a['grader_id'])}@{html.escape(a['grader_version'])}</td><td>{a['generation']}</td></tr>"
+        for a in report["attempts"]
+    )
+    rates = "".join(
+        f"<tr><td>{html.escape(name)}</td><td>{t['attempts']}</td><td>{t['resolved']}</td><td>{_rate(t['pass_rate'])}</td>"
+        f"<td>{html.escape(', '.join(t['graders']))}</td></tr>"
+        for name, t in report["summary"]["candidates"].items() if t
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(report['experiment'])} report</title><style>"
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:4px 8px}.ok{color:#2a7a2a}.no{color:#a33}</style></head><body>"
+        f"<h1>{html.escape(report['experiment'])}</h1><p>Layer {html.escape(report['layer'])}; graders "
+        f"{html.escape(', '.join(report['graders']))}</p>"
+        f"<h2>Pass rate per candidate per grader version</h2>{_chart(rates_by_version)}"
+        "<h2>Candidates</h2><table><tr><th>candidate</th><th>attempts</th><th>resolved</th><th>pass rate</th>"
+        f"<th>graders</th></tr>{rates}</table>"
+        "<h2>Attempts</h2><table><tr><th>case</th><th>candidate</th><th>#</th><th>verdict</th><th>grader</th>"
+        f"<th>generation</th></tr>{rows}</table>"
+        f"<p>Report <code>{report['report_digest']}</code> at manifest head <code>{report['manifest_head']}</code>.</p>"
+        "</body></html>\n"
+    )
+
+
+def to_swebench(report: dict[str, Any]) -> dict[str, Any]:
+    """SWE-bench's report.json shape, one per candidate (instance id = case id, ``#index`` when repeated).
+
+    An invalid measurement (harness_invalid) is SWE-bench's "error"; every other
+    unresolved attempt is "unresolved".
+    """
+    repeated = any(a["index"] > 0 for a in report["attempts"])
+    out: dict[str, Any] = {}
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for attempt in report["attempts"]:
+        grouped[attempt["candidate_id"]].append(attempt)
+    for candidate, attempts in grouped.items():
+        ids = {a["attempt_id"]: f"{a['case_id']}#{a['index']}" if repeated else a["case_id"] for a in attempts}
+        resolved = sorted(ids[a["attempt_id"]] for a in attempts if a["resolved"])
+        errors = sorted(ids[a["attempt_id"]] for a in attempts if a["terminal_class"] == "harness_invalid")
+        unresolved = sorted(ids[a["attempt_id"]] for a in attempts if not a["resolved"] and ids[a["attempt_id"]] not in errors)
+        out[candidate] = {
+            "total_instances": len(attempts), "submitted_instances": len(attempts),
+            "completed_instances": len(attempts) - len(errors), "resolved_instances": len(resolved),
+            "unresolved_instances": len(unresolved), "error_instances": len(errors),
+            "completed_ids": sorted(set(ids.values()) - set(errors)), "resolved_ids": resolved,
+            "unresolved_ids": unresolved, "error_ids": errors, "schema_version": 2,
+        }
+    return out

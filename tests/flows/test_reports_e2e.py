@@ -1,0 +1,126 @@
+"""Reports a stranger can compare: layers, grader-version pins, cohorts, formats, --compare."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from registry import Registry, Role
+from tests.flows.test_regrade_e2e import run_demo, upgrade_grader
+from tests.helpers import tribunal
+
+
+@pytest.fixture(scope="module")
+def regraded(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> dict[str, object]:
+    """One demo run (grader v1) and one regrade (grader v2), shared by the report tests."""
+    import os
+
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    tmp_path = tmp_path_factory.mktemp("reports")
+    plan, config, _, registry = run_demo(tmp_path, env)
+    first = tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=env)
+    upgrade_grader(config)
+    assert tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), env=env).returncode == 0
+    second = tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=env)
+    return {"plan": str(plan), "registry": registry, "env": env, "v1": json.loads(first.stdout), "v2": json.loads(second.stdout)}
+
+
+def report(ctx: dict[str, object], *args: str) -> tuple[int, str, str]:
+    done = tribunal("report", "--registry", str(ctx["registry"]), *args, env=ctx["env"])  # type: ignore[arg-type]
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_current_verdict_is_the_last_generation(regraded: dict) -> None:  # type: ignore[type-arg]
+    v2 = regraded["v2"]
+    assert v2["graders"] == ["suite-checker@2"] and v2["layer"] == "normalized-result.v1"
+    assert {a["generation"] for a in v2["attempts"]} == {2}
+    assert v2["summary"]["candidates"]["agent-leaky"]["graders"] == ["suite-checker@2"]
+
+
+def test_a_version_pinned_report_never_mixes_versions(regraded: dict) -> None:  # type: ignore[type-arg]
+    code, out, _ = report(regraded, "--plan", regraded["plan"], "--grader-version", "1", "--format", "json")
+    pinned = json.loads(out)
+    assert code == 0 and pinned["graders"] == ["suite-checker@1"]
+    assert {(a["grader_version"], a["generation"]) for a in pinned["attempts"]} == {("1", 1)}
+    assert pinned["summary"]["candidates"]["agent-leaky"]["pass_rate"] == 1.0
+    assert "grader-version:1" in pinned["layer"]
+    v2_keys = {c["case_id"]: c["cohort_key"] for c in regraded["v2"]["cohorts"]}
+    assert all(c["cohort_key"] != v2_keys[c["case_id"]] for c in pinned["cohorts"])
+    code, out, _ = report(regraded, "--plan", regraded["plan"], "--grader-version", "9", "--format", "json")
+    assert json.loads(out)["attempts"] == [] and json.loads(out)["summary"]["not_graded"] == 10
+
+
+def test_every_report_is_stored_with_its_head(regraded: dict) -> None:  # type: ignore[type-arg]
+    store = Registry.open(regraded["registry"])
+    stored = {e.digest for e in store.entries(role=Role.REPORT)}
+    for key in ("v1", "v2"):
+        assert regraded[key]["report_digest"] in stored
+        body = json.loads(store.get(regraded[key]["report_digest"]))
+        assert body["manifest_head"] == regraded[key]["manifest_head"]
+
+
+def test_compare_shows_flips_and_rate_changes(regraded: dict) -> None:  # type: ignore[type-arg]
+    code, out, _ = report(regraded, "--compare", regraded["v1"]["report_digest"], regraded["v2"]["report_digest"], "--format", "json")
+    diff = json.loads(out)
+    assert code == 0
+    assert sorted((f["case_id"], f["candidate_id"], f["before"], f["after"]) for f in diff["flips"]) == [
+        ("off-by-one", "agent-leaky", "resolved", "grader_failure"),
+        ("slugify", "agent-leaky", "resolved", "grader_failure"),
+    ]
+    assert {f["grader_before"] + ">" + f["grader_after"] for f in diff["flips"]} == {"suite-checker@1>suite-checker@2"}
+    assert diff["pass_rates"]["agent-leaky"]["change"] == -1.0 and diff["pass_rates"]["agent-fixer"]["change"] == 0
+    code, out, _ = report(regraded, "--compare", regraded["v1"]["report_digest"], regraded["v2"]["report_digest"])
+    assert "2 verdict flips" in out and "-100.0 pts" in out
+
+
+def test_compare_refuses_a_digest_that_is_not_a_report(regraded: dict) -> None:  # type: ignore[type-arg]
+    plan_digest = Registry.open(regraded["registry"]).entries(role=Role.PLAN)[0].digest
+    code, _, err = report(regraded, "--compare", plan_digest, regraded["v2"]["report_digest"])
+    assert code == 1 and "is not a stored report" in err and "Traceback" not in err
+
+
+def test_markdown_html_and_swebench_formats(regraded: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    code, md, err = report(regraded, "--plan", regraded["plan"], "--format", "md")
+    assert code == 0 and "| agent-leaky | 2 | 0 | 0.0% | suite-checker@2 |" in md
+    assert re.search(r"stored report sha256:[0-9a-f]{64}", err)
+    page = tmp_path / "report.html"
+    code, out, _ = report(regraded, "--plan", regraded["plan"], "--format", "html", "-o", str(page))
+    text = page.read_text()
+    assert code == 0 and "<svg" in text and "suite-checker@1" in text and "suite-checker@2" in text
+    assert not re.search(r"""(src|href)\s*=\s*["']?https?:""", text)
+    code, out, _ = report(regraded, "--plan", regraded["plan"], "--format", "swebench")
+    swe = json.loads(out)
+    assert swe["agent-fixer"]["resolved_ids"] == ["off-by-one", "slugify"]
+    assert swe["swe-preds"]["resolved_instances"] == 1 and swe["agent-crasher"]["unresolved_instances"] == 2
+
+
+def test_unknown_format_is_a_usage_error(regraded: dict) -> None:  # type: ignore[type-arg]
+    code, _, err = report(regraded, "--plan", regraded["plan"], "--format", "pdf")
+    assert code == 2 and "choose one of" in err
+
+
+def test_doctor_walks_every_generation_newest_first(regraded: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """Attack: rewriting an older generation's receipt (and re-sealing it) after a regrade superseded it."""
+    import shutil
+
+    from registry._objects import object_key
+    from tasks.sealing import seal_receipt
+
+    copy = tmp_path / "registry"
+    shutil.copytree(regraded["registry"], copy)
+    clean = tribunal("doctor", "--registry", str(copy), "--json", env=regraded["env"])
+    assert clean.returncode == 0, clean.stdout
+    store = Registry.open(str(copy))
+    first = next(e for e in store.entries(role=Role.GRADER_RECEIPT) if e.generation == 1)
+    body = json.loads(store.get(first.digest))
+    body["grader_version"] = "1-patched"
+    forged = seal_receipt(body).model_dump(mode="json")
+    (copy / object_key(first.digest)).write_text(json.dumps(forged))
+    doctor = tribunal("doctor", "--registry", str(copy), "--json", env=regraded["env"])
+    findings = {(f["kind"], f["seq"]) for f in json.loads(doctor.stdout)["findings"]}
+    assert doctor.returncode == 1
+    assert ("receipt-unreadable", first.seq) in findings  # the superseded generation was audited too
+    assert ("object-corrupt", None) in findings
