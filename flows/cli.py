@@ -218,6 +218,28 @@ def regrade(
     render_report(summary.report)
 
 
+@app.command()
+def selftest(
+    registry: Annotated[str | None, typer.Option("--registry", help="Run in a fresh prefix of this registry (default: a temp dir).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Release-gate control regrade:no-candidate-rerun: a real run, a regrade, no candidate rerun."""
+    from flows.selftest import no_candidate_rerun
+
+    quiet_prefect_failures()
+    with err.status("running the regrade:no-candidate-rerun control..."):
+        result = no_candidate_rerun(registry)
+    if as_json:
+        print_json(result.model_dump(mode="json"))
+    else:
+        verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
+        out.print(f"{result.control}: {verdict} — candidate invocations {result.invocations_before} -> "
+                  f"{result.invocations_after}, {result.regraded_results} regraded results for {result.attempts} attempts "
+                  f"({result.attempts_with_one_regraded_result} with exactly one)")
+    if not result.passed:
+        raise typer.Exit(1)
+
+
 FORMATS = ("table", "json", "md", "html", "swebench")
 
 

@@ -1,0 +1,98 @@
+"""Release-gate positive control ``regrade:no-candidate-rerun`` (SPEC §7).
+
+A real run on a throwaway experiment, with a candidate that counts its own
+invocations; then a regrade under a new grader version. The control passes
+only if the count did not move and exactly one regraded result per attempt
+was appended. Users run it with ``tribunal selftest``; the test suite runs it
+too, so the property is checked where it is claimed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from registry import Registry, Role, freeze_experiment
+
+CANDIDATE = "import sys\nsys.stdin.read()\nopen(sys.argv[1], 'a').write('run\\n')\nopen('answer.txt', 'w').write('42\\n')\n"
+GRADER = "import json, sys\nstate = json.load(sys.stdin)\nprint(json.dumps({{'passed': state['candidate_succeeded'], 'v': {v}}}))\n"
+
+
+class ControlResult(BaseModel):
+    """The outcome of the control, with the numbers it was decided on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    control: str = "regrade:no-candidate-rerun"
+    passed: bool
+    attempts: int
+    invocations_before: int
+    invocations_after: int
+    regraded_results: int
+    attempts_with_one_regraded_result: int
+    registry: str
+
+
+def _write_grader(root: Path, version: int) -> None:
+    grader = root / "grader.py"
+    grader.write_text(GRADER.format(v=version))
+    sha = hashlib.sha256(grader.read_bytes()).hexdigest()
+    (root / "tribunal.toml").write_text(
+        f'[grader_profiles.control]\npath = "grader.py"\nsha256 = "{sha}"\ngrader_id = "control"\nversion = "{version}"\n'
+    )
+
+
+def _experiment(root: Path) -> Path:
+    (root / "repo").mkdir(parents=True)
+    (root / "repo" / "README").write_text("selftest case\n")
+    (root / "prompt.md").write_text("Write the answer.\n")
+    (root / "candidate.py").write_text(CANDIDATE)
+    counter = root / "invocations.log"
+    cases = "".join(f'[[case]]\nid = "case-{n}"\nrepo = "repo"\nprompt = "prompt.md"\ngrader_profile = "control"\n'
+                    for n in range(2))
+    spec = root / "experiment.toml"
+    spec.write_text(
+        f'experiment = "selftest"\nattempts = 2\n{cases}[[candidate]]\nid = "counter"\nkind = "command"\n'
+        f'command = ["{sys.executable}", "{{experiment_dir}}/candidate.py", "{counter}"]\n'
+        'provider = "selftest"\nmodel = "counter-1"\n'
+    )
+    _write_grader(root, 1)
+    return spec
+
+
+def no_candidate_rerun(registry_url: str | None = None) -> ControlResult:
+    """Run the control end to end through the evaluate and regrade flows."""
+    from flows.evaluate import evaluate
+    from flows.regrade import regrade
+
+    with tempfile.TemporaryDirectory(prefix="tribunal-selftest-") as tmp:
+        root = Path(tmp)
+        url = f"{registry_url.rstrip('/')}/selftest-{uuid.uuid4().hex[:12]}" if registry_url else str(root / "registry")
+        spec = _experiment(root)
+        registry = Registry.open(url)
+        plan = root / "plan.json"
+        plan.write_bytes(freeze_experiment(spec, registry)[1])
+        counter = root / "invocations.log"
+        evaluate(plan_path=str(plan), registry_url=url, config_path=str(root / "tribunal.toml"), concurrency=2)
+        before = counter.read_text().count("run")
+        results_before = len(registry.entries(role=Role.GRADER_RESULT))
+        _write_grader(root, 2)
+        regrade(plan_path=str(plan), registry_url=url, config_path=str(root / "tribunal.toml"))
+        after = counter.read_text().count("run")
+        regraded = registry.entries(role=Role.GRADER_RESULT)[results_before:]
+        per_attempt: dict[str, int] = {}
+        for entry in regraded:
+            if entry.grader_version == "2" and entry.attempt_id:
+                per_attempt[entry.attempt_id] = per_attempt.get(entry.attempt_id, 0) + 1
+        attempts = 4
+        exactly_one = sum(count == 1 for count in per_attempt.values())
+        return ControlResult(
+            passed=before == after == attempts and len(regraded) == attempts and exactly_one == attempts,
+            attempts=attempts, invocations_before=before, invocations_after=after,
+            regraded_results=len(regraded), attempts_with_one_regraded_result=exactly_one, registry=url,
+        )
