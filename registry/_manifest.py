@@ -251,6 +251,13 @@ class Manifest:
                 return [ManifestEntry(**(written.get(txn) or self._row(known[txn]))) for txn in txns]
         raise ManifestConflict(f"gave up after {CONFLICT_RETRIES} conflicting commits; retry later")
 
+    def find(self, txn: str) -> ManifestEntry | None:
+        """Return the entry recorded under ``txn``, if any (after a refresh)."""
+        with self._lock:
+            self.refresh()
+            seq = self._known_txns().get(txn)
+            return ManifestEntry(**self._row(seq)) if seq is not None else None
+
     def _known_txns(self) -> dict[str, int]:
         if self._txns is None:
             table = self._view()

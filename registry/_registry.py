@@ -64,6 +64,10 @@ class Registry:
         """Append entries as one commit (their objects must be put first)."""
         return self.manifest.append(drafts)
 
+    def find(self, txn: str) -> ManifestEntry | None:
+        """Return the entry an earlier append recorded under ``txn``, or None."""
+        return self.manifest.find(txn)
+
     def entries(
         self, *, experiment_id: str | None = None, attempt_id: str | None = None, role: str | None = None
     ) -> list[ManifestEntry]:

@@ -55,6 +55,10 @@ def current_summaries(registry: Registry, plan: Plan, grader_version: str | None
 
 
 def _append_derived(registry: Registry, plan: Plan, role: Role, body: bytes, txn: str) -> str:
+    """Store a derived record once: an existing txn means an equivalent record is already there."""
+    existing = registry.find(txn)
+    if existing is not None:
+        return existing.digest
     object_digest = registry.put(body)
     registry.append([NewEntry(txn=txn, role=role.value, experiment_id=plan.experiment, digest=object_digest, size=len(body))])
     return object_digest

@@ -89,9 +89,13 @@ def test_regrade_appends_one_generation_per_attempt_and_runs_no_candidate(tmp_pa
     doctor = tribunal("doctor", "--plan", str(plan), "--registry", registry, "--json", env=cli_env)
     assert doctor.returncode == 0, doctor.stdout
 
+    objects_before = set(Registry.open(registry).objects.digests())
     again = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=cli_env)
     assert json.loads(again.stdout)["changed"] == 0
-    assert len(Registry.open(registry).entries(role=Role.GRADER_RESULT)) == results_before + 10
+    store = Registry.open(registry)
+    assert len(store.entries(role=Role.GRADER_RESULT)) == results_before + 10
+    derived = {e.digest for e in store.entries() if e.role in (Role.REPORT, Role.MUTATION_RECEIPT, Role.EXPERIMENT_RECORD)}
+    assert set(store.objects.digests()) - objects_before <= derived  # no new verdict objects
     assert counter.read_text().count("\n") == invocations
 
 
@@ -147,3 +151,12 @@ def test_candidate_success_comes_from_the_envelope_only() -> None:
     assert not envelope_succeeded(terminal("failed", 1))
     assert not envelope_succeeded(terminal("timeout", None))
     assert not envelope_succeeded(terminal("completed", 2))
+
+
+def test_regrade_refuses_a_drifted_plan(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    plan, config, _, registry = run_demo(tmp_path, cli_env)
+    body = json.loads(plan.read_text())
+    body["attempts"] = 3
+    plan.write_text(json.dumps(body))
+    done = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env)
+    assert done.returncode == 1 and "plan drifted" in done.stderr and "Traceback" not in done.stderr

@@ -124,3 +124,27 @@ def test_doctor_walks_every_generation_newest_first(regraded: dict, tmp_path: Pa
     assert doctor.returncode == 1
     assert ("receipt-unreadable", first.seq) in findings  # the superseded generation was audited too
     assert ("object-corrupt", None) in findings
+
+
+RECEIPT_FIELDS = ["attempt_id", "grader_profile", "grader_id", "grader_version", "required", "passed",
+                  "input_hash", "output_hash", "result_hash", "integrity_hash"]
+
+
+@pytest.mark.parametrize("field", RECEIPT_FIELDS)
+def test_doctor_fails_after_any_receipt_field_is_flipped(regraded: dict, tmp_path: Path, field: str) -> None:  # type: ignore[type-arg]
+    """Attack: any single receipt field edited in the store."""
+    import shutil
+
+    from registry._objects import object_key
+
+    copy = tmp_path / "registry"
+    shutil.copytree(regraded["registry"], copy)
+    store = Registry.open(str(copy))
+    target = store.entries(role=Role.GRADER_RECEIPT)[-1]
+    body = json.loads(store.get(target.digest))
+    value = body[field]
+    body[field] = (not value) if isinstance(value, bool) else ("sha256:" + "0" * 64 if str(value).startswith("sha256:") else value + "x")
+    (copy / object_key(target.digest)).write_text(json.dumps(body))
+    doctor = tribunal("doctor", "--registry", str(copy), "--json", env=regraded["env"])
+    findings = json.loads(doctor.stdout)["findings"]
+    assert doctor.returncode == 1 and any(f["digest"] == target.digest for f in findings)

@@ -107,3 +107,10 @@ def test_bulk_table_is_in_seq_order(store_url: str) -> None:
     table = Registry.open(store_url).table()
     assert table.column("seq").to_pylist() == list(range(10))
     assert pc.count_distinct(table.column("txn")).as_py() == 10
+
+
+def test_find_returns_the_entry_of_a_txn(store_url: str) -> None:
+    registry = Registry.open(store_url)
+    [written] = registry.append([draft("known", registry)])
+    assert Registry.open(store_url).find("known") == written
+    assert registry.find("unknown") is None
