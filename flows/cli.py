@@ -13,6 +13,8 @@ import io
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +28,7 @@ from registry import (
     DoctorReport,
     ManifestCorrupt,
     Pin,
+    Plan,
     Registry,
     TribunalError,
     UsageError,
@@ -160,16 +163,10 @@ def run(
     frozen = load_plan(plan)
     config_path = find_config(str(config) if config else None)
     load_config(config_path)
-    total = sum(1 for _ in frozen.attempt_refs())
     from flows.evaluate import evaluate
-    from tasks.progress import listening
 
-    quiet_prefect_failures()
-    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=err, disable=as_json) as bar:
-        task = bar.add_task(f"evaluating {frozen.experiment}", total=total)
-        with listening(lambda _status, count: bar.advance(task, count)):
-            summary = evaluate(plan_path=str(plan), registry_url=url, config_path=str(config_path),
-                               concurrency=concurrency)
+    with flow_progress(f"evaluating {frozen.experiment}", frozen, as_json):
+        summary = evaluate(plan_path=str(plan), registry_url=url, config_path=str(config_path), concurrency=concurrency)
     if as_json:
         print_json(summary.model_dump(mode="json"))
     else:
@@ -200,16 +197,11 @@ def regrade(
         err.print(f"[yellow]warning:[/] grader profile {name!r} is not configured: its attempts get fail-closed "
                   f"missing:{name} generations, which become their current verdicts")
     from flows.regrade import regrade as regrade_flow
-    from tasks.progress import listening
     from tasks.regrade import latest_record_digest
 
     latest_record_digest(Registry.open(url), frozen)
-    quiet_prefect_failures()
-    total = sum(1 for _ in frozen.attempt_refs())
-    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=err, disable=as_json) as bar:
-        task = bar.add_task(f"regrading {frozen.experiment}", total=total)
-        with listening(lambda _status, count: bar.advance(task, count)):
-            summary = regrade_flow(plan_path=str(plan), registry_url=url, config_path=str(config_path), profile=profile)
+    with flow_progress(f"regrading {frozen.experiment}", frozen, as_json):
+        summary = regrade_flow(plan_path=str(plan), registry_url=url, config_path=str(config_path), profile=profile)
     if as_json:
         print_json(summary.model_dump(mode="json"))
         return
@@ -305,6 +297,19 @@ def _table_text(built: dict[str, Any]) -> str:
     console = Console(record=True, width=160, file=io.StringIO())
     render_report(built, console)
     return console.export_text()
+
+
+@contextmanager
+def flow_progress(title: str, plan: Plan, as_json: bool) -> Iterator[None]:
+    """A Rich progress bar over the plan's attempts, fed by the flow's task threads."""
+    from tasks.progress import listening
+
+    quiet_prefect_failures()
+    total = sum(1 for _ in plan.attempt_refs())
+    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=err, disable=as_json) as bar:
+        task = bar.add_task(title, total=total)
+        with listening(lambda _status, count: bar.advance(task, count)):
+            yield
 
 
 def quiet_prefect_failures() -> None:
