@@ -215,10 +215,14 @@ class Manifest:
         return self._view()
 
     def _view(self) -> pa.Table:
-        """Return the cached entries without asking the storage for news."""
+        """Return the cached entries without asking the storage for news.
+
+        Chunks are combined into one contiguous table: one-row commits would
+        otherwise leave columns of thousands of chunks, slow to filter.
+        """
         with self._lock:
             if len(self._chunks) > 1:
-                self._chunks = [pa.concat_tables(self._chunks)]
+                self._chunks = [pa.concat_tables(self._chunks).combine_chunks()]
             return self._chunks[0] if self._chunks else ENTRY_SCHEMA.empty_table()
 
     def head(self) -> Head | None:

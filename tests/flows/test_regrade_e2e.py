@@ -51,6 +51,7 @@ def run_demo(tmp_path: Path, env: dict[str, str]) -> tuple[Path, Path, Path, str
     config = spec.parent / "tribunal.toml"
     ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), env=env)
     assert ran.returncode == 0, ran.stderr
+    assert "evaluating demo" in ran.stderr and "10/10" in ran.stderr  # the progress bar's final state
     return plan, config, counter, registry
 
 
