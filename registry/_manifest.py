@@ -95,9 +95,13 @@ def encode_table(table: pa.Table, metadata: dict[bytes, bytes] | None = None, co
 
 
 def decode_table(data: bytes, where: str) -> pa.Table:
-    """Parse Parquet bytes of entries; refuse anything that is not in the entry schema."""
+    """Parse Parquet bytes of entries; refuse anything that is not in the entry schema.
+
+    Large files (segments) decode their columns on all cores; for a commit of a
+    few rows, starting threads would cost more than decoding.
+    """
     try:
-        table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+        table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=len(data) > 1 << 20)
     except (pa.ArrowException, OSError) as error:
         raise ManifestCorrupt(f"{where} is not readable Parquet ({error})") from None
     if table.schema.remove_metadata() != ENTRY_SCHEMA:
