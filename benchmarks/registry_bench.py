@@ -212,7 +212,7 @@ def main() -> None:
             "same processes racing put-if-absent for one shared key sequence (a single log serializes writers "
             "whatever it stores); the uncontended figure on distinct keys is shown beside it. Lost races cost "
             "tribunal a read of the winner's commit, which the floor does not pay. "
-            f"Peak memory is the reading process's max RSS. Python {sys.version.split()[0]}, "
+            f"Peak memory is the reading process's own VmHWM. Python {sys.version.split()[0]}, "
             f"{os.cpu_count()} cores, max RSS of this run {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB."
         ),
     )
