@@ -69,6 +69,9 @@ ConfigOption = Annotated[
     Path | None,
     typer.Option("--config", help="tribunal.toml (default: $TRIBUNAL_CONFIG, else ./tribunal.toml)."),
 ]
+ConcurrencyOption = Annotated[
+    int, typer.Option("--concurrency", min=1, help="Candidate and grader programs run at once."),
+]
 
 
 def open_registry(option: str | None) -> Registry:
@@ -155,7 +158,7 @@ def run(
     plan: Annotated[Path, typer.Option("--plan", help="Frozen plan.json.")],
     registry: RegistryOption = None,
     config: ConfigOption = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Batches of attempts run at once.")] = 2,
+    concurrency: ConcurrencyOption = 2,
     as_json: JsonOption = False,
 ) -> None:
     """Run the evaluate flow over every attempt of the plan (resumes where it stopped)."""
@@ -185,6 +188,7 @@ def regrade(
     profile: Annotated[str | None, typer.Option("--profile", help="Grade with this profile instead of each case's.")] = None,
     registry: RegistryOption = None,
     config: ConfigOption = None,
+    concurrency: ConcurrencyOption = 2,
     as_json: JsonOption = False,
 ) -> None:
     """Regrade retained evidence with the profile's current bytes; never runs a candidate."""
@@ -201,7 +205,8 @@ def regrade(
 
     latest_record_digest(Registry.open(url), frozen)
     with flow_progress(f"regrading {frozen.experiment}", frozen, as_json):
-        summary = regrade_flow(plan_path=str(plan), registry_url=url, config_path=str(config_path), profile=profile)
+        summary = regrade_flow(plan_path=str(plan), registry_url=url, config_path=str(config_path), profile=profile,
+                               concurrency=concurrency)
     if as_json:
         print_json(summary.model_dump(mode="json"))
         return

@@ -2,31 +2,30 @@
 
 The flow only wires tasks. It reads the manifest first to resume: sealed
 attempts are skipped, retained ones are graded from their stored evidence,
-the rest run from scratch. Attempts go to tasks in batches (see
-``tasks/steps.py`` for why), ``concurrency`` batches at a time on a bounded
-thread pool.
+the rest run from the start. Attempts go to tasks in batches (see
+``tasks/steps.py`` for why) on a thread pool twice as wide as the program
+slots of the workbench (see ``tasks/workbench.py`` for why).
 """
 
 from __future__ import annotations
 
 import math
 import re
-import tempfile
 from pathlib import Path
 from typing import TypeVar
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
-from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
 from registry import NewEntry, Plan, Registry, Role, UsageError, find_config, load_config, load_plan, plan_bytes
-from tasks.attempts import attempt_states, load_retained, make_contract
+from tasks.attempts import attempt_states, make_contract
 from tasks.progress import attempt_done
 from tasks.report import build_report, seal_experiment_record
-from tasks.steps import execute_candidates, grade_attempts, redact_and_retain
+from tasks.steps import evaluate_attempts
+from tasks.workbench import workbench
 
 MAX_BATCH = 25
 T = TypeVar("T")
@@ -48,11 +47,11 @@ class EvaluateSummary(BaseModel):
     report: dict[str, object]
 
 
-def batches(items: list[T], concurrency: int) -> list[list[T]]:
+def batches(items: list[T], workers: int) -> list[list[T]]:
     """Split work so every worker gets some, in batches of at most MAX_BATCH."""
     if not items:
         return []
-    size = min(MAX_BATCH, math.ceil(len(items) / max(1, concurrency)))
+    size = min(MAX_BATCH, math.ceil(len(items) / max(1, workers)))
     return [items[start : start + size] for start in range(0, len(items), size)]
 
 
@@ -91,35 +90,25 @@ def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, 
                               digest=registry.put(data), size=len(data))])
     states = attempt_states(registry, plan.experiment)
     refs = list(plan.attempt_refs())
-    sealed = [ref for ref in refs if ref.attempt_id in states and states[ref.attempt_id].sealed]
-    retained = [ref for ref in refs if ref.attempt_id in states and not states[ref.attempt_id].sealed
-                and states[ref.attempt_id].retained]
-    fresh = [ref for ref in refs if ref.attempt_id not in states or not states[ref.attempt_id].retained]
-    logger.info("%d attempts: %d sealed, %d to grade from evidence, %d to run", len(refs), len(sealed), len(retained), len(fresh))
-    progress = create_progress_artifact(progress=100.0 * len(sealed) / max(1, len(refs)), key=artifact_key("evaluate", plan.experiment),
+    pending = [ref for ref in refs if ref.attempt_id not in states or not states[ref.attempt_id].sealed]
+    sealed = len(refs) - len(pending)
+    retained = sum(1 for ref in pending if ref.attempt_id in states and states[ref.attempt_id].retained)
+    fresh = len(pending) - retained
+    logger.info("%d attempts: %d sealed, %d to grade from evidence, %d to run", len(refs), sealed, retained, fresh)
+    progress = create_progress_artifact(progress=100.0 * sealed / max(1, len(refs)), key=artifact_key("evaluate", plan.experiment),
                                         description=f"evaluate {plan.experiment}: attempts sealed")
-    attempt_done("already sealed", len(sealed))
+    attempt_done("already sealed", sealed)
     stopped: list[str] = []
-    finished = len(sealed)
-    with tempfile.TemporaryDirectory(prefix="tribunal-") as scratch_dir, \
-            ThreadPoolTaskRunner(max_workers=max(1, concurrency)) as runner:
-        scratch = Path(scratch_dir)
-        shared = {"config": config, "registry": registry}
-        work: list[tuple[int, PrefectFuture[list[str]]]] = []
-        # Submitted in waves of `concurrency` batches, step by step: a task waiting on
-        # an upstream future occupies a worker thread, so a batch's redaction must not
-        # be queued ahead of another batch's candidates.
-        fresh_batches = batches(fresh, concurrency)
-        for wave in range(0, len(fresh_batches), concurrency):
-            current = fresh_batches[wave : wave + concurrency]
-            ran = [runner.submit(execute_candidates, {"contracts": [make_contract(plan, ref) for ref in batch],
-                                                      "plan": plan, "scratch": scratch, **shared}) for batch in current]
-            kept = [runner.submit(redact_and_retain, {"runs": future, **shared}) for future in ran]
-            work += [(len(batch), runner.submit(grade_attempts, {"retained": future, "scratch": scratch, **shared}))
-                     for batch, future in zip(current, kept, strict=True)]
-        for batch in batches(retained, concurrency):
-            evidence = [load_retained(registry, states[ref.attempt_id]) for ref in batch]
-            work.append((len(batch), runner.submit(grade_attempts, {"retained": evidence, "scratch": scratch, **shared})))
+    finished = sealed
+    with workbench(concurrency) as bench, ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
+        work = [
+            (len(batch), runner.submit(evaluate_attempts, {
+                "contracts": [make_contract(plan, ref) for ref in batch],
+                "states": {ref.attempt_id: states[ref.attempt_id] for ref in batch if ref.attempt_id in states},
+                "plan": plan, "config": config, "registry": registry, "bench": bench,
+            }))
+            for batch in batches(pending, bench.preparers)
+        ]
         for size, future in work:
             stopped += future.result()
             finished += size
@@ -134,6 +123,6 @@ def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, 
         description=f"{plan.experiment}: pass rate per candidate (report {report['report_digest']})",
     )
     return EvaluateSummary(
-        experiment=plan.experiment, plan_hash=plan.plan_hash, attempts=len(refs), skipped=len(sealed),
-        resumed=len(retained), ran=len(fresh), stopped=stopped, resolved=record.resolved, report=report,
+        experiment=plan.experiment, plan_hash=plan.plan_hash, attempts=len(refs), skipped=sealed,
+        resumed=retained, ran=fresh, stopped=stopped, resolved=record.resolved, report=report,
     )

@@ -1,27 +1,36 @@
 """The ``regrade`` flow: new grader bytes over retained evidence (SPEC §7).
 
-Attempts are regraded in plan order, one batch task at a time, so that a
-missing piece of evidence stops the flow with every earlier attempt already
-regraded and recorded. The canonical experiment record is then rewritten as
-a new version, with a mutation receipt saying what changed it.
+Attempts are regraded in batch tasks, ``concurrency`` graders at a time
+(see ``tasks/workbench.py``). Evidence is checked from the manifest before
+any grader runs: a missing piece stops the flow after every attempt before it
+in plan order is regraded and recorded. The canonical experiment record is
+then rewritten as a new version, with a mutation receipt saying what changed it.
 """
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
-from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
 from registry import Config, Registry, find_config, load_config, load_plan
 from tasks.attempts import AttemptState, attempt_states
 from tasks.progress import attempt_done
-from tasks.regrade import RegradeOutcome, latest_record_digest, record_mutation, regrade_attempt
+from tasks.regrade import (
+    EvidenceMissing,
+    RegradeOutcome,
+    first_missing_evidence,
+    latest_record_digest,
+    record_mutation,
+    regrade_attempt,
+)
 from tasks.report import build_report, head_label, seal_experiment_record
+from tasks.steps import step
+from tasks.workbench import Workbench, workbench
 
 BATCH = 25
 
@@ -43,13 +52,13 @@ class RegradeSummary(BaseModel):
     report: dict[str, object]
 
 
-@task(name="regrade-attempts", cache_policy=NO_CACHE, persist_result=False)
+@step("regrade-attempts")
 def regrade_batch(batch: list[tuple[str, AttemptState]], registry: Registry, config: Config, profile: str | None,
-                  scratch: Path) -> list[RegradeOutcome]:
-    """Regrade a batch of attempts in order; the first missing evidence stops the batch."""
+                  bench: Workbench) -> list[RegradeOutcome]:
+    """Regrade a batch of attempts in order."""
     outcomes = []
     for attempt_id, state in batch:
-        outcomes.append(regrade_attempt(registry, state, attempt_id, config, profile, scratch))
+        outcomes.append(regrade_attempt(registry, state, attempt_id, config, profile, bench))
         attempt_done("regraded")
     return outcomes
 
@@ -68,7 +77,8 @@ def run_name() -> str:
 
 
 @flow(name="regrade", flow_run_name=run_name)
-def regrade(plan_path: str, registry_url: str, config_path: str | None = None, profile: str | None = None) -> RegradeSummary:
+def regrade(plan_path: str, registry_url: str, config_path: str | None = None, profile: str | None = None,
+            concurrency: int = 2) -> RegradeSummary:
     """Regrade every attempt of a plan with the current grader bytes; never runs a candidate."""
     logger = get_run_logger()
     plan = load_plan(Path(plan_path))
@@ -86,12 +96,18 @@ def regrade(plan_path: str, registry_url: str, config_path: str | None = None, p
         logger.warning("grader profile %r is not configured: its attempts get fail-closed missing:%s generations, "
                        "which become their current verdicts", name, name)
     progress = create_progress_artifact(progress=0.0, description=f"regrade {plan.experiment}")
+    stop = first_missing_evidence(work)
     outcomes: list[RegradeOutcome] = []
-    with tempfile.TemporaryDirectory(prefix="tribunal-regrade-") as scratch:
-        for start in range(0, len(work), BATCH):
-            future = regrade_batch.submit(work[start : start + BATCH], registry, config, profile, Path(scratch))
+    with workbench(concurrency, prefix="tribunal-regrade-") as bench, \
+            ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
+        futures = [runner.submit(regrade_batch, {"batch": work[start : start + BATCH], "registry": registry,
+                                                 "config": config, "profile": profile, "bench": bench})
+                   for start in range(0, len(work) if stop is None else stop, BATCH)]
+        for future in futures:
             outcomes += future.result()
             update_progress_artifact(progress, progress=100.0 * len(outcomes) / max(1, len(work)))
+    if stop is not None:
+        raise EvidenceMissing(f"candidate evidence missing for {work[stop][0]}")
     _, new_record = seal_experiment_record(registry, plan)
     record_mutation(registry, plan, previous, new_record, profile, outcomes, head_before)
     report = build_report(registry, plan)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 
 from registry import (
     AttemptContract,
@@ -31,9 +30,13 @@ from registry import (
     Role,
     digest_json,
 )
+from tasks.candidate import execute_candidate
 from tasks.grading import Grading, grade
-from tasks.retain import RetainedAttempt, txn
+from tasks.progress import attempt_done
+from tasks.redaction import RedactionLeak
+from tasks.retain import RetainedAttempt, retain_candidate, txn
 from tasks.verdict import terminal_class
+from tasks.workbench import Workbench
 
 GRADING_ROLES = (Role.GRADER_INPUT, Role.GRADER_OUTPUT, Role.GRADER_RESULT, Role.GRADER_RECEIPT)
 
@@ -132,16 +135,42 @@ def store_grading(registry: Registry, contract: AttemptContract, grading: Gradin
     )
 
 
-def grade_retained(retained: RetainedAttempt, config: Config, registry: Registry, scratch: Path) -> GraderResult:
+def grade_retained(retained: RetainedAttempt, config: Config, registry: Registry, bench: Workbench) -> GraderResult:
     """Grade a retained attempt (generation 1) and seal it."""
     contract = retained.contract
     grading = grade(
         attempt_id=contract.attempt_id, profile_name=contract.grader_profile, config=config,
-        grader_input=grader_input_for(retained), snapshot=registry.get(contract.snapshot_digest),
-        patch=retained.patch, scratch=scratch,
+        grader_input=grader_input_for(retained), snapshot=lambda: registry.get(contract.snapshot_digest),
+        patch=retained.patch, bench=bench,
     )
     store_grading(registry, contract, grading, generation=1, step="grading")
     return grading.result
+
+
+def evaluate_attempt(contract: AttemptContract, state: AttemptState | None, plan: Plan, config: Config,
+                     registry: Registry, bench: Workbench) -> str | None:
+    """Take one attempt from where the manifest says it stands to sealed; return a stop message, if any.
+
+    Sealed attempts are left alone, retained ones are graded from their stored
+    evidence (the candidate never runs twice), the rest run from the start.
+    Unredacted candidate output exists only inside this call.
+    """
+    if state is not None and state.sealed:
+        attempt_done("already sealed")
+        return None
+    if state is not None and state.retained:
+        retained = load_retained(registry, state)
+    else:
+        candidate = next(c for c in plan.candidates if c.id == contract.candidate_id)
+        run = execute_candidate(contract, plan, candidate, config, registry, bench)
+        try:
+            retained = retain_candidate(run, config, registry)
+        except RedactionLeak as leak:
+            attempt_done("stopped")
+            return f"{contract.attempt_id}: {leak}"
+    result = grade_retained(retained, config, registry, bench)
+    attempt_done("graded" if result.failure is None else "grader failure")
+    return None
 
 
 def summarize(registry: Registry, state: AttemptState, receipt_entry: ManifestEntry | None = None) -> AttemptSummary:

@@ -20,6 +20,7 @@ from pathlib import Path
 from registry import AttemptContract, Config, ObservedIdentity, Plan, PlanCandidate, Registry, TerminalEvidence
 from registry._predictions import parse_predictions
 from tasks.process import ProcessOutcome, run_program, utc_timestamp
+from tasks.workbench import Workbench
 from tasks.workspace import WorkspaceError, apply_patch, checkout, workspace_patch
 
 TRANSCRIPT_CAP = 16 * 1024 * 1024
@@ -99,16 +100,15 @@ def _candidate_env(config: Config, home: Path, prompt_file: Path, report_file: P
 
 
 def execute_candidate(
-    contract: AttemptContract, plan: Plan, candidate: PlanCandidate, config: Config, registry: Registry, scratch: Path
+    contract: AttemptContract, plan: Plan, candidate: PlanCandidate, config: Config, registry: Registry, bench: Workbench
 ) -> CandidateRun:
     """Run one attempt's candidate in a fresh workspace and collect its evidence."""
-    snapshot = registry.get(contract.snapshot_digest)
     prompt = registry.get(contract.prompt_hash)
-    with tempfile.TemporaryDirectory(prefix="attempt-", dir=scratch) as tmp:
+    with tempfile.TemporaryDirectory(prefix="attempt-", dir=bench.scratch) as tmp:
         root = Path(tmp)
         workspace, home = root / "workspace", root / "home"
         home.mkdir()
-        baseline = checkout(contract.snapshot_digest, snapshot, workspace, scratch)
+        baseline = checkout(contract.snapshot_digest, lambda: registry.get(contract.snapshot_digest), workspace, bench)
         if candidate.kind == "predictions":
             return _replay_prediction(contract, candidate, registry, workspace, baseline)
         prompt_file, report_file = root / "prompt.md", root / "report.json"
@@ -116,7 +116,7 @@ def execute_candidate(
         argv = [part.replace("{experiment_dir}", plan.experiment_dir) for part in candidate.command or []]
         outcome = run_program(
             argv, cwd=workspace, env=_candidate_env(config, home, prompt_file, report_file, contract), stdin=prompt,
-            timeout_s=config.candidate_timeout_s, max_output_bytes=TRANSCRIPT_CAP, merge_stderr=True,
+            timeout_s=config.candidate_timeout_s, max_output_bytes=TRANSCRIPT_CAP, merge_stderr=True, slot=bench.slots,
         )
         observed, sessions, cost, report_problem = _read_report(report_file)
         patch = workspace_patch(workspace, baseline)

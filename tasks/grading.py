@@ -26,7 +26,8 @@ from pathlib import Path
 from registry import Config, GraderInput, GraderProfile, GraderReceipt, GraderResult, canonical_json, digest
 from tasks.process import run_program
 from tasks.sealing import seal_receipt
-from tasks.workspace import WorkspaceError, apply_patch, plain_copy
+from tasks.workbench import Workbench
+from tasks.workspace import Snapshot, WorkspaceError, apply_patch, plain_copy
 
 UNAVAILABLE = "unavailable"
 
@@ -100,11 +101,11 @@ def _argv(path: Path) -> list[str]:
     return [sys.executable, str(path)] if path.suffix == ".py" else [str(path)]
 
 
-def _run_grader(profile: GraderProfile, input_bytes: bytes, snapshot_digest: str, snapshot: bytes,
-                patch: bytes, scratch: Path) -> tuple[bytes, bool, str | None]:
-    with tempfile.TemporaryDirectory(prefix="grade-", dir=scratch) as tmp:
+def _run_grader(profile: GraderProfile, input_bytes: bytes, snapshot_digest: str, snapshot: Snapshot,
+                patch: bytes, bench: Workbench) -> tuple[bytes, bool, str | None]:
+    with tempfile.TemporaryDirectory(prefix="grade-", dir=bench.scratch) as tmp:
         workspace = Path(tmp) / "workspace"
-        plain_copy(snapshot_digest, snapshot, workspace, scratch)
+        plain_copy(snapshot_digest, snapshot, workspace, bench)
         try:
             apply_patch(workspace, patch)
         except WorkspaceError:
@@ -112,6 +113,7 @@ def _run_grader(profile: GraderProfile, input_bytes: bytes, snapshot_digest: str
         outcome = run_program(
             _argv(Path(profile.path)), cwd=workspace, env={"PATH": os.environ.get("PATH", "")},
             stdin=input_bytes, timeout_s=profile.timeout_s, max_output_bytes=profile.max_output_bytes,
+            slot=bench.slots,
         )
     passed, failure = interpret_output(outcome.exit_code, outcome.timed_out, outcome.stdout_overflow,
                                        outcome.spawn_error, outcome.stdout, profile.timeout_s)
@@ -121,7 +123,7 @@ def _run_grader(profile: GraderProfile, input_bytes: bytes, snapshot_digest: str
 
 
 def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: GraderInput,
-          snapshot: bytes, patch: bytes, scratch: Path) -> Grading:
+          snapshot: Snapshot, patch: bytes, bench: Workbench) -> Grading:
     """Grade one attempt through the boundary; never raises for a grader's fault."""
     input_bytes = canonical_json(grader_input.model_dump(mode="json"))
     profile = config.grader_profiles.get(profile_name)
@@ -136,7 +138,7 @@ def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: G
         failure = check_grader_file(profile)
         if failure is None:
             output, passed, failure = _run_grader(
-                profile, input_bytes, grader_input.contract.snapshot_digest, snapshot, patch, scratch
+                profile, input_bytes, grader_input.contract.snapshot_digest, snapshot, patch, bench
             )
     result = GraderResult(
         attempt_id=attempt_id, grader_id=grader_id, grader_version=version, required=True,

@@ -3,25 +3,35 @@
 Why not ``subprocess.run(timeout=...)``: on timeout it kills only the direct
 child, and Prefect's ``timeout_seconds`` kills nothing (shared/notes/prefect.md).
 Here every program starts in a new session (its own process group); on
-timeout, and again after it exits, the whole group is SIGKILLed, so
+timeout, and again as soon as it exits, the whole group is SIGKILLed, so
 grandchildren cannot outlive the attempt or hold our pipes open. There is no
 shell anywhere: argv goes straight to ``execve``. Output is read with a cap;
 bytes past the cap are drained and counted, never kept.
+
+One thread does all of it -- feeding stdin, draining the outputs, noticing the
+exit (a pidfd on Linux) and the deadline -- with a selector, because a thread
+per pipe costs more CPU than the trivial programs of a large batch
+(benchmarks/pipeline_bench.py).
 """
 
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
-import threading
 import time
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import Any
 
 CHUNK = 65536
+EXIT_POLL_S = 0.05
+"""Where pidfds are missing, how often the exit is checked while outputs stay open."""
+DRAIN_GRACE_S = 5.0
+"""After the group is killed, how long a pipe held by an escaped process is still read."""
 
 
 @dataclass(frozen=True)
@@ -49,21 +59,18 @@ def utc_timestamp() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-class _CappedReader(threading.Thread):
-    """Drain a pipe to EOF, keeping at most ``cap`` bytes and counting the rest."""
+@dataclass
+class _Capped:
+    """One output pipe: at most ``cap`` bytes kept, the rest counted."""
 
-    def __init__(self, pipe: IO[bytes], cap: int) -> None:
-        super().__init__(daemon=True)
-        self.pipe, self.cap = pipe, cap
-        self.kept = bytearray()
-        self.overflow = 0
+    cap: int
+    kept: bytearray = field(default_factory=bytearray)
+    overflow: int = 0
 
-    def run(self) -> None:
-        while chunk := self.pipe.read1(CHUNK):  # type: ignore[attr-defined]
-            room = self.cap - len(self.kept)
-            self.kept += chunk[:room]
-            self.overflow += max(0, len(chunk) - room)
-        self.pipe.close()
+    def add(self, chunk: bytes) -> None:
+        room = self.cap - len(self.kept)
+        self.kept += chunk[:room]
+        self.overflow += max(0, len(chunk) - room)
 
 
 def _kill_group(pid: int) -> None:
@@ -82,47 +89,35 @@ def run_program(
     timeout_s: float,
     max_output_bytes: int,
     merge_stderr: bool = False,
+    slot: AbstractContextManager[Any] | None = None,
 ) -> ProcessOutcome:
-    """Run ``argv`` with exactly ``env``; kill its whole process group on timeout and at exit."""
+    """Run ``argv`` with exactly ``env``; kill its whole process group on timeout and at exit.
+
+    ``slot`` (a Workbench's semaphore) is held only while the program runs.
+    """
+    with slot or nullcontext():
+        return _run(argv, cwd, env, stdin, timeout_s, max_output_bytes, merge_stderr)
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes, timeout_s: float, max_output_bytes: int,
+         merge_stderr: bool) -> ProcessOutcome:
     started, clock = utc_timestamp(), time.monotonic()
     try:
         process = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
+            argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, start_new_session=True, close_fds=True,
         )
     except OSError as error:
         return ProcessOutcome(tuple(argv), started, utc_timestamp(), 0.0, None, False, b"", b"", 0, error.strerror or str(error))
-    assert process.stdout is not None and process.stdin is not None
-    out = _CappedReader(process.stdout, max_output_bytes)
-    err = _CappedReader(process.stderr, max_output_bytes) if process.stderr is not None else None
-    for reader in (out, err):
-        if reader is not None:
-            reader.start()
-    feeder = threading.Thread(target=_feed, args=(process.stdin, stdin), daemon=True)
-    feeder.start()
-    # A timer thread enforces the deadline so the wait below blocks in waitpid:
-    # Popen.wait(timeout=...) polls with sleeps of up to 50 ms per program.
-    expired = threading.Event()
-
-    def expire() -> None:
-        expired.set()
+    out, err = _Capped(max_output_bytes), _Capped(max_output_bytes)
+    try:
+        timed_out = _supervise(process, stdin, out, err, deadline=clock + timeout_s)
+    finally:
         _kill_group(process.pid)
-
-    timer = threading.Timer(timeout_s, expire)
-    timer.start()
-    process.wait()
-    timer.cancel()
-    timed_out = expired.is_set()
-    _kill_group(process.pid)
-    for thread in (feeder, out, err):
-        if thread is not None:
-            thread.join(timeout=5)
+        process.wait()
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
     return ProcessOutcome(
         argv=tuple(argv),
         started=started,
@@ -131,19 +126,72 @@ def run_program(
         exit_code=None if timed_out else process.returncode,
         timed_out=timed_out,
         stdout=bytes(out.kept),
-        stderr=bytes(err.kept) if err is not None else b"",
+        stderr=bytes(err.kept),
         stdout_overflow=out.overflow,
     )
 
 
-def _feed(pipe: IO[bytes], data: bytes) -> None:
-    """Write stdin in a thread: a program that never reads must not block us."""
-    try:
-        pipe.write(data)
-    except (BrokenPipeError, OSError):
-        pass
-    finally:
+def _supervise(process: subprocess.Popen[bytes], stdin: bytes, out: _Capped, err: _Capped, deadline: float) -> bool:
+    """Feed stdin and drain the outputs until the program exits and its pipes close; True on timeout.
+
+    The group is killed the moment the program exits, so pipes held open by its
+    children close too; one held by a process that left the group is read for
+    at most DRAIN_GRACE_S more.
+    """
+    assert process.stdin is not None and process.stdout is not None
+    pidfd = os.pidfd_open(process.pid) if hasattr(os, "pidfd_open") else None
+    pending = memoryview(stdin)
+    timed_out, drain_until = False, float("inf")
+    with selectors.DefaultSelector() as selector:
+        os.set_blocking(process.stdin.fileno(), False)
+        if pending:
+            selector.register(process.stdin, selectors.EVENT_WRITE)
+        else:
+            process.stdin.close()
+        selector.register(process.stdout, selectors.EVENT_READ, out)
+        if process.stderr is not None:
+            selector.register(process.stderr, selectors.EVENT_READ, err)
+        if pidfd is not None:
+            selector.register(pidfd, selectors.EVENT_READ)
         try:
-            pipe.close()
-        except OSError:
-            pass
+            while True:
+                exited = process.returncode is not None or (pidfd is None and process.poll() is not None)
+                outputs_open = any(isinstance(key.data, _Capped) for key in selector.get_map().values())
+                now = time.monotonic()
+                if not exited and now >= deadline:
+                    timed_out, exited = True, True
+                    _kill_group(process.pid)
+                    process.wait()
+                if exited and drain_until == float("inf"):
+                    _kill_group(process.pid)
+                    drain_until = now + DRAIN_GRACE_S
+                if not outputs_open and exited or now >= drain_until:
+                    return timed_out
+                limit = min(deadline if not exited else drain_until, now + (EXIT_POLL_S if pidfd is None else 3600))
+                for key, _ in selector.select(max(0.0, limit - now)):
+                    if key.fileobj is pidfd:
+                        selector.unregister(pidfd)
+                        process.wait()
+                    elif key.fileobj is process.stdin:
+                        pending = _feed(selector, process.stdin, pending)
+                    else:
+                        chunk = os.read(key.fd, CHUNK)
+                        if chunk:
+                            key.data.add(chunk)
+                        else:
+                            selector.unregister(key.fileobj)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+
+def _feed(selector: selectors.BaseSelector, pipe: Any, pending: memoryview) -> memoryview:
+    """Write what the pipe takes; a program that never reads, or exits, just stops being fed."""
+    try:
+        pending = pending[os.write(pipe.fileno(), pending[:CHUNK]):]
+    except (BrokenPipeError, OSError):
+        pending = pending[:0]
+    if not pending:
+        selector.unregister(pipe)
+        pipe.close()
+    return pending

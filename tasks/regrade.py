@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from registry import (
     AttemptContract,
@@ -33,6 +32,7 @@ from registry._models import Strict
 from tasks.attempts import AttemptState, grader_input_for, store_grading
 from tasks.grading import grade
 from tasks.retain import RetainedAttempt
+from tasks.workbench import Workbench
 
 REQUIRED = (Role.ATTEMPT_CONTRACT, Role.CANDIDATE_RESULT, Role.TERMINAL_EVIDENCE)
 
@@ -83,8 +83,13 @@ def latest_record_digest(registry: Registry, plan: Plan) -> str:
     return records[-1].digest
 
 
+def first_missing_evidence(work: list[tuple[str, AttemptState]]) -> int | None:
+    """The position of the first attempt without retained candidate evidence, if any."""
+    return next((n for n, (_, state) in enumerate(work) if any(role not in state.entries for role in REQUIRED)), None)
+
+
 def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, config: Config,
-                    profile: str | None, scratch: Path) -> RegradeOutcome:
+                    profile: str | None, bench: Workbench) -> RegradeOutcome:
     """Grade one attempt's retained evidence with the current profile bytes; append generation n+1."""
     if any(role not in state.entries for role in REQUIRED):
         raise EvidenceMissing(f"candidate evidence missing for {attempt_id}")
@@ -99,8 +104,8 @@ def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
     )
     grading = grade(
         attempt_id=attempt_id, profile_name=retained.contract.grader_profile, config=config,
-        grader_input=grader_input_for(retained), snapshot=registry.get(contract.snapshot_digest),
-        patch=retained.patch, scratch=scratch,
+        grader_input=grader_input_for(retained), snapshot=lambda: registry.get(contract.snapshot_digest),
+        patch=retained.patch, bench=bench,
     )
     current = state.entries.get(Role.GRADER_RECEIPT)
     receipt_digest = digest(grading.receipt_bytes)

@@ -1,8 +1,10 @@
 """Fresh workspaces: a case snapshot as a git checkout, the patch a run left, applying it.
 
-Each case snapshot is unpacked and committed once per process into a
-template; every attempt gets a copy of that template (new files, its own
-``.git``), so no attempt can see another's leftovers. ``git`` runs with no
+Each case snapshot is unpacked and committed once per workbench into a
+template whose ``.git`` is packed down to a handful of files; every attempt
+gets a copy of that template (new files, its own ``.git``), so no attempt can
+see another's leftovers. The snapshot bytes are read from the registry only
+when a template is built, not once per attempt. ``git`` runs with no
 user or system config (``HOME`` is a temp dir, ``GIT_CONFIG_NOSYSTEM=1``) so
 an operator's hooks or aliases cannot change a patch.
 
@@ -19,14 +21,13 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from registry import RegistryError
+from tasks.workbench import Workbench
 
 GIT_IDENTITY = ["-c", "user.name=tribunal", "-c", "user.email=tribunal@localhost", "-c", "commit.gpgsign=false"]
-_templates: dict[str, Path] = {}
-_templates_lock = threading.Lock()
 
 
 class WorkspaceError(RegistryError):
@@ -66,31 +67,40 @@ def _stats(root: Path) -> dict[str, tuple[int, int, int]]:
     return found
 
 
-def _template(snapshot_digest: str, snapshot: bytes, scratch: Path) -> Path:
-    with _templates_lock:
-        cached = _templates.get(snapshot_digest)
-        if cached is not None and cached.exists():
+Snapshot = Callable[[], bytes]
+"""Reads a case snapshot (a deterministic tar) when a template has to be built."""
+
+
+def _template(snapshot_digest: str, snapshot: Snapshot, bench: Workbench) -> Path:
+    with bench.templates_lock:
+        cached = bench.templates.get(snapshot_digest)
+        if cached is not None:
             return cached
-        template = Path(tempfile.mkdtemp(prefix="tribunal-case-", dir=scratch))
-        with tarfile.open(fileobj=io.BytesIO(snapshot)) as archive:
+        template = Path(tempfile.mkdtemp(prefix="tribunal-case-", dir=bench.scratch))
+        with tarfile.open(fileobj=io.BytesIO(snapshot())) as archive:
             archive.extractall(template, filter="tar")
         git(["init", "-q", "--template="], template)
         git(["add", "-A"], template)
         git(["commit", "-q", "--allow-empty", "-m", "snapshot"], template)
-        _templates[snapshot_digest] = template
+        git(["repack", "-a", "-d", "-q", "-n"], template)
+        git(["pack-refs", "--all", "--prune"], template)
+        for leftover in ("logs", "COMMIT_EDITMSG", "refs/heads", "refs/tags", "objects/info"):
+            path = template / ".git" / leftover
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        bench.templates[snapshot_digest] = template
         return template
 
 
-def checkout(snapshot_digest: str, snapshot: bytes, target: Path, scratch: Path) -> dict[str, tuple[int, int, int]]:
+def checkout(snapshot_digest: str, snapshot: Snapshot, target: Path, bench: Workbench) -> dict[str, tuple[int, int, int]]:
     """Materialize a snapshot as a git checkout at ``target``; return its file stats."""
-    template = _template(snapshot_digest, snapshot, scratch)
+    template = _template(snapshot_digest, snapshot, bench)
     shutil.copytree(template, target, symlinks=True)
     return _stats(target)
 
 
-def plain_copy(snapshot_digest: str, snapshot: bytes, target: Path, scratch: Path) -> None:
+def plain_copy(snapshot_digest: str, snapshot: Snapshot, target: Path, bench: Workbench) -> None:
     """Materialize a snapshot's files at ``target`` without git metadata (grader workspaces)."""
-    template = _template(snapshot_digest, snapshot, scratch)
+    template = _template(snapshot_digest, snapshot, bench)
     shutil.copytree(template, target, symlinks=True, ignore=shutil.ignore_patterns(".git"))
 
 

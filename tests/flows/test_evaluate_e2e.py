@@ -15,6 +15,7 @@ from registry._objects import object_key
 from tasks.attempts import make_contract
 from tasks.candidate import execute_candidate
 from tasks.retain import retain_candidate
+from tasks.workbench import workbench
 from tests.helpers import copy_demo, tribunal
 
 EXPECTED = {
@@ -84,9 +85,10 @@ def test_stored_evidence_of_the_leaky_candidate_is_redacted(tmp_path: Path, cli_
 def test_doctor_finds_a_flipped_receipt(tmp_path: Path, cli_env: dict[str, str]) -> None:
     """Attack: a sealed receipt whose verdict is flipped in the store (and re-addressed consistently)."""
     registry = str(tmp_path / "reg")
-    freeze_and_run(tmp_path, registry, cli_env)
+    _, _, summary = freeze_and_run(tmp_path, registry, cli_env)
+    resolved = next(a["attempt_id"] for a in summary["report"]["attempts"] if a["resolved"])
     store = Registry.open(registry)
-    entry = store.entries(role=Role.GRADER_RECEIPT)[0]
+    entry = next(e for e in store.entries(role=Role.GRADER_RECEIPT) if e.attempt_id == resolved)
     receipt = json.loads(store.get(entry.digest))
     receipt["passed"] = not receipt["passed"]
     (Path(registry) / object_key(entry.digest)).write_text(json.dumps(receipt))
@@ -114,9 +116,8 @@ def test_a_half_done_attempt_is_graded_from_evidence_without_rerunning_the_candi
     plan = load_plan(plan_path)
     config = load_config(spec.parent / "tribunal.toml")
     first = next(plan.attempt_refs())
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    run = execute_candidate(make_contract(plan, first), plan, plan.candidates[0], config, registry, scratch)
+    with workbench(1) as bench:
+        run = execute_candidate(make_contract(plan, first), plan, plan.candidates[0], config, registry, bench)
     retain_candidate(run, config, registry)
     assert counter.read_text().count("run") == 1
     ran = tribunal("run", "--plan", str(plan_path), "--registry", registry_url, "--config",

@@ -8,9 +8,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from registry import Registry, Role
+from registry import ObservedIdentity, Registry, Role, TerminalEvidence
 from tasks.regrade import envelope_succeeded
-from registry import ObservedIdentity, TerminalEvidence
 from tests.helpers import copy_demo, tribunal
 
 STRICT_GRADER = '''"""v2: also refuses patches that add files outside the package."""

@@ -114,7 +114,8 @@ def test_doctor_walks_every_generation_newest_first(regraded: dict, tmp_path: Pa
     clean = tribunal("doctor", "--registry", str(copy), "--json", env=regraded["env"])
     assert clean.returncode == 0, clean.stdout
     store = Registry.open(str(copy))
-    first = next(e for e in store.entries(role=Role.GRADER_RECEIPT) if e.generation == 1)
+    audited = {a["attempt_id"] for a in regraded["v2"]["attempts"] if a["terminal_class"] in ("resolved", "grader_failure")}
+    first = next(e for e in store.entries(role=Role.GRADER_RECEIPT) if e.generation == 1 and e.attempt_id in audited)
     body = json.loads(store.get(first.digest))
     body["grader_version"] = "1-patched"
     forged = seal_receipt(body).model_dump(mode="json")

@@ -11,6 +11,7 @@ import pytest
 from registry import BlindedContract, Config, GraderInput, GraderProfile, digest
 from registry._archive import archive_tree
 from tasks.grading import Grading, grade
+from tasks.workbench import Workbench
 
 ATTEMPT = "sha256:" + "a" * 64
 
@@ -49,13 +50,11 @@ def make_profile(tmp_path: Path) -> Callable[..., GraderProfile]:
 
 
 @pytest.fixture
-def run_grade(snapshot: bytes, tmp_path: Path) -> Callable[..., Grading]:
+def run_grade(snapshot: bytes, bench: Workbench) -> Callable[..., Grading]:
     def run(profile: GraderProfile | None, patch: str = "", succeeded: bool = True) -> Grading:
         config = Config(grader_profiles={"checks": profile} if profile is not None else {})
-        scratch = tmp_path / "scratch"
-        scratch.mkdir(exist_ok=True)
         return grade(attempt_id=ATTEMPT, profile_name="checks", config=config,
-                     grader_input=grader_input(snapshot, patch, succeeded), snapshot=snapshot, patch=patch.encode(),
-                     scratch=scratch)
+                     grader_input=grader_input(snapshot, patch, succeeded), snapshot=lambda: snapshot, patch=patch.encode(),
+                     bench=bench)
 
     return run

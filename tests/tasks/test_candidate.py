@@ -12,6 +12,7 @@ import pytest
 from registry import CandidateEnv, Config, Registry, freeze_experiment, load_plan
 from tasks.attempts import make_contract
 from tasks.candidate import CandidateRun, execute_candidate
+from tasks.workbench import workbench
 
 AGENT_PREAMBLE = "import json, os, sys\nprompt = sys.stdin.read()\n"
 
@@ -43,9 +44,8 @@ def run(tmp_path: Path, agent: str, config: Config | None = None, **options: str
     registry, plan_path = setup_experiment(tmp_path, agent, **options)
     plan = load_plan(plan_path)
     ref = next(plan.attempt_refs())
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    return execute_candidate(make_contract(plan, ref), plan, plan.candidates[0], config or Config(), registry, scratch)
+    with workbench(1) as bench:
+        return execute_candidate(make_contract(plan, ref), plan, plan.candidates[0], config or Config(), registry, bench)
 
 
 def test_protocol_prompt_argv_cwd_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
