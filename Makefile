@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR := .demo
+INSPECT_VENV := .venv-inspect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_HOME ?= $(abspath $(VENV))/prefect-home
 
@@ -27,8 +28,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-bench: $(STAMP)
+# Inspect AI, the regrade benchmark's peer, lives in its own venv: it is not a tribunal dependency.
+$(INSPECT_VENV)/.installed:
+	$(PYTHON) -m venv $(INSPECT_VENV)
+	$(INSPECT_VENV)/bin/python -m pip install --quiet inspect-ai==0.3.285
+	@touch $@
+
+bench: $(STAMP) $(INSPECT_VENV)/.installed
 	$(BIN)/python benchmarks/registry_bench.py
+	$(BIN)/python benchmarks/pipeline_bench.py
+	$(BIN)/python benchmarks/regrade_bench.py --inspect-python $(INSPECT_VENV)/bin/python
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(INSPECT_VENV) $(DEMO_DIR) .pytest_cache .hypothesis

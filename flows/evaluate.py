@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from registry import NewEntry, Plan, Registry, Role, UsageError, find_config, load_config, load_plan, plan_bytes
 from tasks.attempts import attempt_states, make_contract
 from tasks.progress import attempt_done
-from tasks.report import build_report, seal_experiment_record
+from tasks.report import build_report, current_summaries, seal_experiment_record
 from tasks.steps import evaluate_attempts
 from tasks.workbench import workbench
 
@@ -113,8 +113,9 @@ def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, 
             stopped += future.result()
             finished += size
             update_progress_artifact(progress, progress=100.0 * finished / max(1, len(refs)))
-    record, _ = seal_experiment_record(registry, plan)
-    report = build_report(registry, plan)
+    summaries = current_summaries(registry, plan)
+    record, _ = seal_experiment_record(registry, plan, summaries)
+    report = build_report(registry, plan, summaries=summaries)
     create_table_artifact(
         [{"candidate": name, "attempts": tally["attempts"], "resolved": tally["resolved"],
           "pass_rate": tally["pass_rate"], "graders": ", ".join(tally["graders"])}

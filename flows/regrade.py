@@ -28,7 +28,7 @@ from tasks.regrade import (
     record_mutation,
     regrade_attempt,
 )
-from tasks.report import build_report, head_label, seal_experiment_record
+from tasks.report import build_report, current_summaries, head_label, seal_experiment_record
 from tasks.steps import step
 from tasks.workbench import Workbench, workbench
 
@@ -53,12 +53,14 @@ class RegradeSummary(BaseModel):
 
 
 @step("regrade-attempts")
-def regrade_batch(batch: list[tuple[str, AttemptState]], registry: Registry, config: Config, profile: str | None,
+def regrade_batch(attempt_ids: list[str], experiment: str, registry: Registry, config: Config, profile: str | None,
                   bench: Workbench) -> list[RegradeOutcome]:
-    """Regrade a batch of attempts in order."""
+    """Regrade a batch of attempts in order, reading only their own manifest entries."""
+    states = attempt_states(registry, experiment, attempt_ids)
     outcomes = []
-    for attempt_id, state in batch:
-        outcomes.append(regrade_attempt(registry, state, attempt_id, config, profile, bench))
+    for attempt_id in attempt_ids:
+        outcomes.append(regrade_attempt(registry, states.get(attempt_id, AttemptState({})), attempt_id, config,
+                                        profile, bench))
         attempt_done("regraded")
     return outcomes
 
@@ -86,31 +88,30 @@ def regrade(plan_path: str, registry_url: str, config_path: str | None = None, p
     registry = Registry.open(registry_url)
     previous = latest_record_digest(registry, plan)
     head_before = head_label(registry)
-    states = attempt_states(registry, plan.experiment)
-    refs = list(plan.attempt_refs())
-    empty = AttemptState({})
-    work = [(ref.attempt_id, states.get(ref.attempt_id, empty)) for ref in refs]
+    work = [ref.attempt_id for ref in plan.attempt_refs()]
     profiles = {profile} if profile else {case.grader_profile for case in plan.cases}
     missing = sorted(name for name in profiles if name not in config.grader_profiles)
     for name in missing:
         logger.warning("grader profile %r is not configured: its attempts get fail-closed missing:%s generations, "
                        "which become their current verdicts", name, name)
     progress = create_progress_artifact(progress=0.0, description=f"regrade {plan.experiment}")
-    stop = first_missing_evidence(work)
+    stop = first_missing_evidence(registry, plan.experiment, work)
     outcomes: list[RegradeOutcome] = []
     with workbench(concurrency, prefix="tribunal-regrade-") as bench, \
             ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
-        futures = [runner.submit(regrade_batch, {"batch": work[start : start + BATCH], "registry": registry,
-                                                 "config": config, "profile": profile, "bench": bench})
+        futures = [runner.submit(regrade_batch, {"attempt_ids": work[start : start + BATCH], "experiment": plan.experiment,
+                                                 "registry": registry, "config": config, "profile": profile,
+                                                 "bench": bench})
                    for start in range(0, len(work) if stop is None else stop, BATCH)]
         for future in futures:
             outcomes += future.result()
             update_progress_artifact(progress, progress=100.0 * len(outcomes) / max(1, len(work)))
     if stop is not None:
-        raise EvidenceMissing(f"candidate evidence missing for {work[stop][0]}")
-    _, new_record = seal_experiment_record(registry, plan)
+        raise EvidenceMissing(f"candidate evidence missing for {work[stop]}")
+    summaries = current_summaries(registry, plan)
+    _, new_record = seal_experiment_record(registry, plan, summaries)
     record_mutation(registry, plan, previous, new_record, profile, outcomes, head_before)
-    report = build_report(registry, plan)
+    report = build_report(registry, plan, summaries=summaries)
     return RegradeSummary(
         experiment=plan.experiment, plan_hash=plan.plan_hash, profile=profile, attempts=len(outcomes),
         changed=sum(o.changed for o in outcomes), unchanged=sum(not o.changed for o in outcomes),

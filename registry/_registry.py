@@ -69,18 +69,17 @@ class Registry:
         return self.manifest.find(txn)
 
     def entries(
-        self, *, experiment_id: str | None = None, attempt_id: str | None = None, role: str | None = None
+        self, *, experiment_id: str | None = None, attempt_id: str | None = None, role: str | None = None,
+        attempt_ids: list[str] | None = None,
     ) -> list[ManifestEntry]:
-        """Return entries in seq order, filtered by any of experiment, attempt and role."""
-        conditions = [
-            pc.field(name) == value
-            for name, value in (("experiment_id", experiment_id), ("attempt_id", attempt_id), ("role", role))
-            if value is not None
-        ]
-        where = None
-        for condition in conditions:
-            where = condition if where is None else where & condition
-        return self.manifest.entries(where)
+        """Return entries in seq order, filtered by any of experiment, attempt(s) and role."""
+        return self.manifest.entries(_where(experiment_id=experiment_id, attempt_id=attempt_id, role=role,
+                                            attempt_ids=attempt_ids))
+
+    def attempts_with(self, *, experiment_id: str, role: str) -> set[str]:
+        """The ids of the attempts that have an entry of ``role`` (without building an entry per row)."""
+        table = self.manifest.table().filter(_where(experiment_id=experiment_id, role=role))
+        return set(table.column("attempt_id").to_pylist())
 
     def table(self) -> pa.Table:
         """Return every entry as an Arrow table in seq order (fast path for bulk reads)."""
@@ -93,3 +92,14 @@ class Registry:
     def compact(self) -> int:
         """Write segments for closed commit ranges; return how many were written."""
         return self.manifest.compact()
+
+
+def _where(*, attempt_ids: list[str] | None = None, **equal: str | None) -> pc.Expression | None:
+    """An Arrow filter: every given column equals its value, and the attempt is one of ``attempt_ids``."""
+    conditions = [pc.field(name) == value for name, value in equal.items() if value is not None]
+    if attempt_ids is not None:
+        conditions.append(pc.field("attempt_id").isin(attempt_ids))
+    where = None
+    for condition in conditions:
+        where = condition if where is None else where & condition
+    return where

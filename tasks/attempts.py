@@ -95,10 +95,10 @@ class AttemptState:
         return Role.CANDIDATE_RESULT in self.entries
 
 
-def attempt_states(registry: Registry, experiment: str) -> dict[str, AttemptState]:
-    """Return the newest entry per role for every attempt of an experiment."""
+def attempt_states(registry: Registry, experiment: str, attempt_ids: list[str] | None = None) -> dict[str, AttemptState]:
+    """Return the newest entry per role for every attempt of an experiment (or of ``attempt_ids``)."""
     by_attempt: dict[str, list[ManifestEntry]] = defaultdict(list)
-    for entry in registry.entries(experiment_id=experiment):
+    for entry in registry.entries(experiment_id=experiment, attempt_ids=attempt_ids):
         if entry.attempt_id is not None:
             by_attempt[entry.attempt_id].append(entry)
     return {
@@ -173,9 +173,13 @@ def evaluate_attempt(contract: AttemptContract, state: AttemptState | None, plan
     return None
 
 
-def summarize(registry: Registry, state: AttemptState, receipt_entry: ManifestEntry | None = None) -> AttemptSummary:
-    """An attempt's verdict under one receipt: by default the newest (last in sequence wins)."""
-    contract = AttemptContract.model_validate(json.loads(registry.get(state.entries[Role.ATTEMPT_CONTRACT].digest)))
+def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
+              receipt_entry: ManifestEntry | None = None) -> AttemptSummary:
+    """An attempt's verdict under one receipt: by default the newest (last in sequence wins).
+
+    Who and what the attempt is come from the plan (``ref``), whose hash the
+    attempt id binds; only the verdict inputs are read from the registry.
+    """
     candidate = CandidateResult.model_validate(json.loads(registry.get(state.entries[Role.CANDIDATE_RESULT].digest)))
     receipt_entry = receipt_entry or state.entries[Role.GRADER_RECEIPT]
     receipt = GraderReceipt.model_validate(json.loads(registry.get(receipt_entry.digest)))
@@ -184,8 +188,8 @@ def summarize(registry: Registry, state: AttemptState, receipt_entry: ManifestEn
         harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded, grader_results=[result]
     )
     return AttemptSummary(
-        attempt_id=contract.attempt_id, case_id=contract.case_id, candidate_id=contract.candidate_id,
-        index=contract.index, terminal_class=verdict, resolved=verdict == "resolved",
+        attempt_id=ref.attempt_id, case_id=ref.case_id, candidate_id=ref.candidate_id,
+        index=ref.index, terminal_class=verdict, resolved=verdict == "resolved",
         grader_id=receipt.grader_id, grader_version=receipt.grader_version,
         generation=receipt_entry.generation or 1, receipt_digest=receipt_entry.digest,
         evidence={role: entry.digest for role, entry in sorted(state.entries.items())},

@@ -18,7 +18,6 @@ from registry import (
     AttemptContract,
     CandidateResult,
     Config,
-    ExperimentRecord,
     NewEntry,
     Plan,
     Registry,
@@ -75,17 +74,22 @@ def envelope_succeeded(terminal: TerminalEvidence) -> bool:
 
 
 def latest_record_digest(registry: Registry, plan: Plan) -> str:
-    """The digest of the newest canonical experiment record, or RecordMissing."""
+    """The digest of the newest canonical experiment record of this plan, or RecordMissing.
+
+    The plan is told by the record's txn (``record:<plan hash>:...``, covered by
+    the entry hash), so no record body -- one summary per attempt -- is parsed.
+    """
     records = [e for e in registry.entries(experiment_id=plan.experiment, role=Role.EXPERIMENT_RECORD)
-               if ExperimentRecord.model_validate(json.loads(registry.get(e.digest))).plan_hash == plan.plan_hash]
+               if e.txn.startswith(f"record:{plan.plan_hash}:")]
     if not records:
         raise RecordMissing("canonical experiment record is missing for regrade; run `tribunal run` first")
     return records[-1].digest
 
 
-def first_missing_evidence(work: list[tuple[str, AttemptState]]) -> int | None:
+def first_missing_evidence(registry: Registry, experiment: str, attempt_ids: list[str]) -> int | None:
     """The position of the first attempt without retained candidate evidence, if any."""
-    return next((n for n, (_, state) in enumerate(work) if any(role not in state.entries for role in REQUIRED)), None)
+    complete = set.intersection(*(registry.attempts_with(experiment_id=experiment, role=role) for role in REQUIRED))
+    return next((n for n, attempt_id in enumerate(attempt_ids) if attempt_id not in complete), None)
 
 
 def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, config: Config,

@@ -30,6 +30,7 @@ from registry import (
 from tasks.attempts import attempt_states, summarize
 
 LAYER = "normalized-result.v1"
+SUMMARY_CHUNK = 500
 
 
 class ReportNotFound(TribunalError):
@@ -43,14 +44,21 @@ def head_label(registry: Registry) -> str | None:
 
 
 def current_summaries(registry: Registry, plan: Plan, grader_version: str | None = None) -> dict[str, AttemptSummary]:
-    """Each graded attempt's verdict: newest receipt overall, or newest of ``grader_version``."""
-    states = attempt_states(registry, plan.experiment)
+    """Each graded attempt's verdict: newest receipt overall, or newest of ``grader_version``.
+
+    Attempts are read SUMMARY_CHUNK at a time, so only one chunk's manifest
+    entries are held at once, however large the experiment.
+    """
+    refs = list(plan.attempt_refs())
     found = {}
-    for ref in plan.attempt_refs():
-        state = states.get(ref.attempt_id)
-        receipts = state.receipts(grader_version) if state else []
-        if state is not None and receipts:
-            found[ref.attempt_id] = summarize(registry, state, receipts[-1])
+    for start in range(0, len(refs), SUMMARY_CHUNK):
+        chunk = refs[start : start + SUMMARY_CHUNK]
+        states = attempt_states(registry, plan.experiment, [ref.attempt_id for ref in chunk])
+        for ref in chunk:
+            state = states.get(ref.attempt_id)
+            receipts = state.receipts(grader_version) if state else []
+            if state is not None and receipts:
+                found[ref.attempt_id] = summarize(registry, ref, state, receipts[-1])
     return found
 
 
@@ -64,15 +72,15 @@ def _append_derived(registry: Registry, plan: Plan, role: Role, body: bytes, txn
     return object_digest
 
 
-def seal_experiment_record(registry: Registry, plan: Plan) -> tuple[ExperimentRecord, str]:
-    """Write the canonical experiment record for the current state; return it and its digest.
+def seal_experiment_record(registry: Registry, plan: Plan,
+                           summaries: dict[str, AttemptSummary]) -> tuple[ExperimentRecord, str]:
+    """Write the canonical experiment record of the current verdicts; return it and its digest.
 
     Records with the same verdicts dedupe (their txn ignores the manifest head).
     """
-    summaries = list(current_summaries(registry, plan).values())
     record = ExperimentRecord(
-        experiment=plan.experiment, plan_hash=plan.plan_hash, attempts=summaries,
-        resolved=sum(summary.resolved for summary in summaries), manifest_head=head_label(registry),
+        experiment=plan.experiment, plan_hash=plan.plan_hash, attempts=list(summaries.values()),
+        resolved=sum(summary.resolved for summary in summaries.values()), manifest_head=head_label(registry),
     )
     body = canonical_json(record.model_dump(mode="json"))
     record_id = digest_json(record.model_dump(mode="json", exclude={"manifest_head"}))
@@ -98,10 +106,15 @@ def _rates(attempts: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]
     }
 
 
-def build_report(registry: Registry, plan: Plan, grader_version: str | None = None) -> dict[str, Any]:
-    """Compute, store and return the report of the plan's current verdicts (or one grader version's)."""
+def build_report(registry: Registry, plan: Plan, grader_version: str | None = None,
+                 summaries: dict[str, AttemptSummary] | None = None) -> dict[str, Any]:
+    """Compute, store and return the report of the plan's current verdicts (or one grader version's).
+
+    ``summaries`` saves re-reading the verdicts a flow has just sealed into its record.
+    """
     layer = LAYER if grader_version is None else f"{LAYER}@grader-version:{grader_version}"
-    summaries = current_summaries(registry, plan, grader_version)
+    if summaries is None:
+        summaries = current_summaries(registry, plan, grader_version)
     cases = {case.id: case for case in plan.cases}
     attempts, pending = [], 0
     for ref in plan.attempt_refs():
