@@ -8,9 +8,11 @@ command retaining or reading evidence needs an explicit root.
 from __future__ import annotations
 
 import os
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import BaseModel
 
 from registry._entry import ManifestEntry, NewEntry
 from registry._errors import RegistryRequired
@@ -19,6 +21,7 @@ from registry._objects import ObjectStore
 from registry._storage import Storage, open_storage
 
 REGISTRY_ENV = "TRIBUNAL_REGISTRY"
+M = TypeVar("M", bound=BaseModel)
 
 
 def resolve_registry_url(option: str | None) -> str:
@@ -59,6 +62,10 @@ class Registry:
     def get(self, object_digest: str) -> bytes:
         """Return verified bytes of a stored object."""
         return self.objects.get(object_digest)
+
+    def load(self, object_digest: str, model: type[M]) -> M:
+        """Read a stored record back as its model (bytes verified against the digest first)."""
+        return model.model_validate_json(self.get(object_digest))
 
     def append(self, drafts: list[NewEntry]) -> list[ManifestEntry]:
         """Append entries as one commit (their objects must be put first)."""

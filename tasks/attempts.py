@@ -9,7 +9,6 @@ returns what is already recorded instead of recording it twice.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -109,8 +108,8 @@ def attempt_states(registry: Registry, experiment: str, attempt_ids: list[str] |
 
 def load_retained(registry: Registry, state: AttemptState) -> RetainedAttempt:
     """Rebuild a retained attempt from its stored (redacted) evidence."""
-    contract = AttemptContract.model_validate(json.loads(registry.get(state.entries[Role.ATTEMPT_CONTRACT].digest)))
-    result = CandidateResult.model_validate(json.loads(registry.get(state.entries[Role.CANDIDATE_RESULT].digest)))
+    contract = registry.load(state.entries[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
+    result = registry.load(state.entries[Role.CANDIDATE_RESULT].digest, CandidateResult)
     return RetainedAttempt(contract=contract, result=result, patch=registry.get(result.patch_digest))
 
 
@@ -180,10 +179,10 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
     Who and what the attempt is come from the plan (``ref``), whose hash the
     attempt id binds; only the verdict inputs are read from the registry.
     """
-    candidate = CandidateResult.model_validate(json.loads(registry.get(state.entries[Role.CANDIDATE_RESULT].digest)))
+    candidate = registry.load(state.entries[Role.CANDIDATE_RESULT].digest, CandidateResult)
     receipt_entry = receipt_entry or state.entries[Role.GRADER_RECEIPT]
-    receipt = GraderReceipt.model_validate(json.loads(registry.get(receipt_entry.digest)))
-    result = GraderResult.model_validate(json.loads(registry.get(receipt.result_hash)))
+    receipt = registry.load(receipt_entry.digest, GraderReceipt)
+    result = registry.load(receipt.result_hash, GraderResult)
     verdict = terminal_class(
         harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded, grader_results=[result]
     )

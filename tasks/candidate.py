@@ -46,6 +46,7 @@ class CandidateRun:
             "provider": [v for v in (self.contract.planned_provider, observed.provider) if v],
             "model": [v for v in (self.contract.planned_model, observed.model) if v],
             "session_id": list(self.terminal.session_ids),
+            "cost": [] if self.terminal.cost_usd is None else [repr(self.terminal.cost_usd)],
         }
 
 

@@ -2,7 +2,7 @@
 
 Pure functions, no Prefect. Two kinds of patterns run over every retained
 text: the operator's configured secret regexes, and the attempt's identity
-strings (candidate id, provider, model, session ids) as whole words,
+strings (candidate id, provider, model, session ids, cost) as whole words,
 case-insensitive. Identity strings shorter than 4 characters are skipped:
 redacting "a1" would shred ordinary text and protect nothing.
 

@@ -11,7 +11,6 @@ current one appends nothing (same bytes, same verdict: nothing to record).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from registry import (
@@ -97,10 +96,9 @@ def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
     """Grade one attempt's retained evidence with the current profile bytes; append generation n+1."""
     if any(role not in state.entries for role in REQUIRED):
         raise EvidenceMissing(f"candidate evidence missing for {attempt_id}")
-    read = lambda role: json.loads(registry.get(state.entries[role].digest))  # noqa: E731
-    contract = AttemptContract.model_validate(read(Role.ATTEMPT_CONTRACT))
-    candidate = CandidateResult.model_validate(read(Role.CANDIDATE_RESULT))
-    terminal = TerminalEvidence.model_validate(read(Role.TERMINAL_EVIDENCE))
+    contract = registry.load(state.entries[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
+    candidate = registry.load(state.entries[Role.CANDIDATE_RESULT].digest, CandidateResult)
+    terminal = registry.load(state.entries[Role.TERMINAL_EVIDENCE].digest, TerminalEvidence)
     retained = RetainedAttempt(
         contract=contract.model_copy(update={"grader_profile": profile or contract.grader_profile}),
         result=candidate.model_copy(update={"succeeded": envelope_succeeded(terminal)}),

@@ -57,7 +57,8 @@ def test_binary_bytes_round_trip_where_nothing_matched() -> None:
     assert clean["patch"] == data and tally == {}
 
 
-def make_run(transcript: str, patch: str, provider: str, model: str, candidate: str, session: str) -> CandidateRun:
+def make_run(transcript: str, patch: str, provider: str, model: str, candidate: str, session: str,
+             cost: float = 0.5) -> CandidateRun:
     contract = AttemptContract(
         attempt_id=AID, plan_hash="sha256:" + "1" * 64, experiment="exp", case_id="case", candidate_id=candidate,
         index=0, snapshot_digest="sha256:" + "2" * 64, prompt_hash="sha256:" + "3" * 64, grader_profile="p",
@@ -65,7 +66,7 @@ def make_run(transcript: str, patch: str, provider: str, model: str, candidate: 
     )
     terminal = TerminalEvidence(
         attempt_id=AID, status="completed", exit_code=0, started="t0", ended="t1", duration_s=0.1,
-        observed=ObservedIdentity(provider=provider, model=model), session_ids=[session], cost_usd=0.5,
+        observed=ObservedIdentity(provider=provider, model=model), session_ids=[session], cost_usd=cost,
     )
     return CandidateRun(contract=contract, transcript=transcript.encode(), patch=patch.encode(), terminal=terminal,
                         succeeded=True, harness_valid=True, reason=None)

@@ -1,0 +1,69 @@
+"""Model-judge blinding and policy identity (SPEC §6): what a judge is sent, and what a judge is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from registry import Config, JudgeConfig, RedactionConfig, Registry, digest
+from registry._judging import blinded_candidate, candidate_truth, judge_policy, policy_hash
+from tasks.attempts import scoring_id
+from tasks.blinding import chat_request, judge_input, retained_truth
+from tasks.retain import retain_candidate
+from tests.tasks.test_redaction import AID, SECRET, filler, identity, make_run, whole_word
+
+JUDGE = JudgeConfig(judge_id="reviewer", version="1", adapter="openai-chat", provider="judge-labs", model="judge-9",
+                    rubric="rubric.md", rubric_sha256="a" * 64, endpoint="http://127.0.0.1:9/v1")
+
+
+@pytest.mark.parametrize("change", [{"rubric_sha256": "b" * 64}, {"model": "judge-10"}, {"temperature": 0.7},
+                                    {"seed": 7}, {"version": "2"}, {"adapter": "command"}, {"provider": "other"}])
+def test_a_changed_rubric_model_or_param_is_a_different_judge(change: dict[str, object]) -> None:
+    changed = JUDGE.model_copy(update=change)
+    assert policy_hash(judge_policy(changed)) != policy_hash(judge_policy(JUDGE))
+
+
+def test_the_policy_hash_ignores_where_the_judge_is_reached() -> None:
+    """The endpoint and key variable say where to call, not who judges: same policy."""
+    moved = JUDGE.model_copy(update={"endpoint": "http://10.0.0.1:8000/v1", "api_key_env": "OTHER_KEY"})
+    assert policy_hash(judge_policy(moved)) == policy_hash(judge_policy(JUDGE))
+
+
+def test_blinded_text_must_match_its_truth() -> None:
+    truth = candidate_truth(scoring_id(AID), b"transcript", {"patch": b"diff"})
+    assert truth.transcript_digest == digest(b"transcript")
+    with pytest.raises(ValueError, match="does not match"):
+        blinded_candidate(truth, b"another transcript", {"patch": b"diff"})
+
+
+costs = st.floats(min_value=0.0001, max_value=9999, allow_nan=False).filter(lambda cost: len(repr(cost)) >= 4)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(provider=identity, model=identity, candidate=identity, session=identity, cost=costs,
+       parts=st.lists(filler, min_size=5, max_size=5))
+def test_nothing_naming_the_candidate_reaches_a_judge(
+    tmp_path: Path, provider: str, model: str, candidate: str, session: str, cost: float, parts: list[str]
+) -> None:
+    """Attack: a candidate that writes its name, provider, model, session and cost into transcript and patch."""
+    forbidden = [provider, model, candidate, session, repr(cost)]
+    policy, scoring = judge_policy(JUDGE), scoring_id(AID)
+    empty_truth = candidate_truth(scoring, b"", {"patch": b""})
+    skeleton = chat_request(policy, "rubric", scoring, blinded_candidate(empty_truth, b"", {"patch": b""})).decode()
+    assume(not any(whole_word(value).search(skeleton) for value in forbidden))  # the request's own vocabulary
+    transcript = (f"{parts[0]} I am {candidate} ({model} from {provider}), session {session}; "
+                  f"{parts[1]} this run cost {cost!r} USD {parts[2]}")
+    patch = f"+# {model.upper()} / {provider} / {session} / ${cost!r}\n+{candidate}\n{parts[3]}"
+    registry = Registry.open(str(tmp_path / f"reg-{abs(hash((provider, model, candidate, session, cost)))}"))
+    run = make_run(transcript, patch, provider, model, candidate, session, cost=cost)
+    retained = retain_candidate(run, Config(redaction=RedactionConfig(patterns=SECRET)), registry)
+    truth, blinded = retained_truth(registry, scoring, retained.result)
+    assert truth.transcript_digest == retained.result.transcript_digest
+    for sent in (judge_input(policy, scoring, blinded), chat_request(policy, "rubric", scoring, blinded)):
+        text = sent.decode()
+        assert scoring in text and "[REDACTED]" in text
+        for value in forbidden:
+            assert not whole_word(value).search(text), value
