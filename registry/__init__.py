@@ -23,6 +23,20 @@ from registry._errors import (
     UsageError,
 )
 from registry._freeze import freeze_experiment
+from registry._judging import (
+    BlindedCandidate,
+    CandidateTruth,
+    EvidenceReceipt,
+    IntentRecovery,
+    JudgeIntent,
+    Judgement,
+    JudgePolicy,
+    blinded_candidate,
+    candidate_truth,
+    chain_findings,
+    judge_policy,
+    policy_hash,
+)
 from registry._manifest import Head
 from registry._plan import AttemptRef, Plan, PlanCandidate, PlanCase, attempt_id, load_plan, plan_bytes
 from registry._records import (
@@ -42,6 +56,18 @@ from registry._records import (
 from registry._registry import Registry, resolve_registry_url
 
 __all__ = [
+    "BlindedCandidate",
+    "CandidateTruth",
+    "EvidenceReceipt",
+    "IntentRecovery",
+    "JudgeIntent",
+    "JudgePolicy",
+    "Judgement",
+    "blinded_candidate",
+    "candidate_truth",
+    "chain_findings",
+    "judge_policy",
+    "policy_hash",
     "AttemptContract",
     "AttemptSummary",
     "BlindedContract",

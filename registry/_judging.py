@@ -20,6 +20,7 @@ from pydantic import ConfigDict, Field
 from registry._canonical import canonical_json, digest, digest_json
 from registry._config import JudgeConfig
 from registry._models import Digest, Hex64, Strict
+from registry._records import ObservedIdentity
 
 
 class SamplingParams(Strict):
@@ -93,3 +94,75 @@ def blinded_candidate(truth: CandidateTruth, transcript: bytes, artifacts: dict[
         artifacts={name: data.decode("utf-8", errors="replace") for name, data in sorted(artifacts.items())},
     )
     return canonical_json(blinded.model_dump(mode="json", by_alias=True))
+
+
+JudgeFailure = Literal["connection", "timeout", "http-status", "oversized", "malformed", "no-verdict",
+                       "model-mismatch", "rubric-mismatch", "judge-unavailable"]
+"""Classes of fail-closed judge outcomes; only the class is ever recorded, never the adapter's diagnostics."""
+
+
+class Judgement(Strict):
+    """One judge verdict, chained to the previous generation of the same attempt's judgements."""
+
+    schema_version: Literal["tribunal.judgement.v1"] = "tribunal.judgement.v1"
+    generation: int = Field(ge=1)
+    prev_judgement_hash: Digest | None
+    judge_policy_hash: Digest
+    adapter_digest: Digest
+    scoring_id: Digest
+    candidate_truth_hash: Digest
+    passed: bool
+    failure: JudgeFailure | None = None
+    evidence_digest: Digest
+    """Digest of the judge's full reply (of no bytes when there was none)."""
+
+
+class JudgeIntent(Strict):
+    """Written BEFORE a judge is called: what is about to be judged, as which generation."""
+
+    schema_version: Literal["tribunal.judge_intent.v1"] = "tribunal.judge_intent.v1"
+    attempt_id: Digest
+    scoring_id: Digest
+    judge_policy_hash: Digest
+    generation: int = Field(ge=1)
+    prev_judgement_hash: Digest | None
+
+
+class IntentRecovery(Strict):
+    """An operator's record closing an intent whose outcome cannot be proven (a crash mid-call)."""
+
+    schema_version: Literal["tribunal.intent_recovery.v1"] = "tribunal.intent_recovery.v1"
+    attempt_id: Digest
+    intent_digest: Digest
+    reason: str
+
+
+def chain_findings(chain: list[tuple[str, Judgement]]) -> list[str]:
+    """What is wrong with one attempt's judgements, given as (object digest, judgement) in manifest order.
+
+    Generations must run 1, 2, 3, ... and each must name the digest of the one
+    before it (the first names none).
+    """
+    findings = []
+    previous: str | None = None
+    for position, (object_digest, judgement) in enumerate(chain, start=1):
+        if judgement.generation != position:
+            findings.append(f"judgement {object_digest} is generation {judgement.generation}, expected {position}")
+        if judgement.prev_judgement_hash != previous:
+            findings.append(f"judgement {object_digest} does not chain to the judgement before it")
+        previous = object_digest
+    return findings
+
+
+class EvidenceReceipt(Strict):
+    """Seals what a judgement was about; ``checksum`` is the hash of every other field."""
+
+    schema_version: Literal["tribunal.evidence_receipt.v1"] = "tribunal.evidence_receipt.v1"
+    attempt_id: Digest
+    judgement_hash: Digest
+    observed: ObservedIdentity
+    session_ids: list[str]
+    runtime_s: float
+    cost_usd: float | None
+    redaction_tally: dict[str, int]
+    checksum: Digest

@@ -12,8 +12,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from registry import CandidateResult, Registry, canonical_json
-from registry._judging import CandidateTruth, JudgePolicy, blinded_candidate, candidate_truth, policy_hash
+from registry import (
+    CandidateResult,
+    CandidateTruth,
+    JudgePolicy,
+    Registry,
+    blinded_candidate,
+    candidate_truth,
+    canonical_json,
+    policy_hash,
+)
 
 
 def retained_truth(registry: Registry, scoring_id: str, result: CandidateResult) -> tuple[CandidateTruth, bytes]:

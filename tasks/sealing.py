@@ -1,8 +1,8 @@
-"""Receipt sealing and verification (SPEC §3, §5.6). Pure functions, no Prefect.
+"""Receipt sealing and verification (SPEC §3, §5.6, §6). Pure functions, no Prefect.
 
-A grader receipt's ``integrity_hash`` is the hash of the canonical JSON of
-every other field, so flipping ``passed`` or relabelling the grader breaks
-the seal. Verification goes further than the seal: the referenced input,
+A grader receipt's ``integrity_hash`` (an evidence receipt's ``checksum``) is
+the hash of the canonical JSON of every other field, so flipping ``passed``
+or relabelling the grader breaks the seal. Verification goes further than the seal: the referenced input,
 output and result must read back from the registry, and the result must
 agree with the receipt on attempt, verdict, grader id and version.
 """
@@ -11,21 +11,43 @@ from __future__ import annotations
 
 from typing import Any
 
-from registry import GraderReceipt, GraderResult, digest_json
+from pydantic import BaseModel
+
+from registry import EvidenceReceipt, GraderReceipt, GraderResult, digest_json
+
+
+def _seal(model: type[BaseModel], schema: str, seal: str, fields: dict[str, Any]) -> Any:
+    body = {**fields, "schema_version": schema}
+    body.pop(seal, None)
+    return model.model_validate({**body, seal: digest_json(body)})
+
+
+def _holds(record: BaseModel, seal: str) -> bool:
+    body = record.model_dump(mode="json")
+    claimed = body.pop(seal)
+    return bool(digest_json(body) == claimed)
 
 
 def seal_receipt(fields: dict[str, Any]) -> GraderReceipt:
-    """Return a receipt whose integrity hash covers ``fields``."""
-    body = {**fields, "schema_version": "tribunal.grader_receipt.v1"}
-    body.pop("integrity_hash", None)
-    return GraderReceipt.model_validate({**body, "integrity_hash": digest_json(body)})
+    """Return a grader receipt whose integrity hash covers ``fields``."""
+    receipt: GraderReceipt = _seal(GraderReceipt, "tribunal.grader_receipt.v1", "integrity_hash", fields)
+    return receipt
 
 
 def receipt_seal_holds(receipt: GraderReceipt) -> bool:
     """Re-derive the integrity hash from the receipt's other fields."""
-    body = receipt.model_dump(mode="json")
-    claimed = body.pop("integrity_hash")
-    return bool(digest_json(body) == claimed)
+    return _holds(receipt, "integrity_hash")
+
+
+def seal_evidence(fields: dict[str, Any]) -> EvidenceReceipt:
+    """Return an evidence receipt whose checksum covers ``fields`` (identity, runtime, cost, tally, judgement)."""
+    receipt: EvidenceReceipt = _seal(EvidenceReceipt, "tribunal.evidence_receipt.v1", "checksum", fields)
+    return receipt
+
+
+def evidence_seal_holds(receipt: EvidenceReceipt) -> bool:
+    """Re-derive the evidence receipt's checksum from its other fields."""
+    return _holds(receipt, "checksum")
 
 
 def receipt_disagreements(receipt: GraderReceipt, result: GraderResult) -> list[str]:

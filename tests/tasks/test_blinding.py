@@ -8,11 +8,26 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from registry import Config, JudgeConfig, RedactionConfig, Registry, digest
-from registry._judging import blinded_candidate, candidate_truth, judge_policy, policy_hash
+from registry import (
+    Config,
+    JudgeConfig,
+    JudgeIntent,
+    Judgement,
+    ObservedIdentity,
+    RedactionConfig,
+    Registry,
+    blinded_candidate,
+    candidate_truth,
+    canonical_json,
+    chain_findings,
+    digest,
+    judge_policy,
+    policy_hash,
+)
 from tasks.attempts import scoring_id
 from tasks.blinding import chat_request, judge_input, retained_truth
 from tasks.retain import retain_candidate
+from tasks.sealing import evidence_seal_holds, seal_evidence
 from tests.tasks.test_redaction import AID, SECRET, filler, identity, make_run, whole_word
 
 JUDGE = JudgeConfig(judge_id="reviewer", version="1", adapter="openai-chat", provider="judge-labs", model="judge-9",
@@ -67,3 +82,51 @@ def test_nothing_naming_the_candidate_reaches_a_judge(
         assert scoring in text and "[REDACTED]" in text
         for value in forbidden:
             assert not whole_word(value).search(text), value
+
+
+def judgement(generation: int, prev: str | None, passed: bool = True) -> Judgement:
+    return Judgement(generation=generation, prev_judgement_hash=prev, judge_policy_hash=policy_hash(judge_policy(JUDGE)),
+                     adapter_digest=digest(b"adapter"), scoring_id=scoring_id(AID), candidate_truth_hash=digest(b"t"),
+                     passed=passed, evidence_digest=digest(b"reply"))
+
+
+def stored(item: Judgement) -> tuple[str, Judgement]:
+    return digest(canonical_json(item.model_dump(mode="json"))), item
+
+
+def test_a_judgement_chain_runs_one_two_three_each_naming_the_last() -> None:
+    first = stored(judgement(1, None))
+    second = stored(judgement(2, first[0], passed=False))
+    third = stored(judgement(3, second[0]))
+    assert chain_findings([first, second, third]) == []
+
+
+def test_chain_breaks_are_named() -> None:
+    """Attack: a skipped generation, a judgement re-pointed at another parent, a forged first link."""
+    first = stored(judgement(1, None))
+    skipped = stored(judgement(3, first[0]))
+    assert chain_findings([first, skipped]) == [f"judgement {skipped[0]} is generation 3, expected 2"]
+    repointed = stored(judgement(2, digest(b"elsewhere")))
+    assert chain_findings([first, repointed]) == [f"judgement {repointed[0]} does not chain to the judgement before it"]
+    forged = stored(judgement(1, digest(b"nothing")))
+    assert chain_findings([forged]) == [f"judgement {forged[0]} does not chain to the judgement before it"]
+
+
+def test_an_evidence_receipt_seal_covers_identity_cost_tally_and_judgement() -> None:
+    """Attack: editing any sealed field (cost, identity, tally, judgement) breaks the checksum."""
+    fields = {"attempt_id": AID, "judgement_hash": digest(b"j"), "observed": {"provider": "p", "model": "m"},
+              "session_ids": ["s-1"], "runtime_s": 1.5, "cost_usd": 0.25, "redaction_tally": {"identity:model": 2}}
+    receipt = seal_evidence(fields)
+    assert evidence_seal_holds(receipt)
+    for change in ({"cost_usd": 0.01}, {"session_ids": []}, {"redaction_tally": {}}, {"judgement_hash": digest(b"k")},
+                   {"observed": ObservedIdentity(provider="p", model="other")}):
+        assert not evidence_seal_holds(receipt.model_copy(update=change)), change
+
+
+def test_an_intent_names_the_generation_it_will_write() -> None:
+    first = stored(judgement(1, None))
+    intent = JudgeIntent(attempt_id=AID, scoring_id=scoring_id(AID), judge_policy_hash=first[1].judge_policy_hash,
+                         generation=2, prev_judgement_hash=first[0])
+    assert chain_findings([first, stored(judgement(intent.generation, intent.prev_judgement_hash))]) == []
+    with pytest.raises(ValueError):
+        JudgeIntent.model_validate({**intent.model_dump(), "generation": 0})
