@@ -1,0 +1,82 @@
+"""The boundary around a pinned local program: executable graders and command judges share it. No Prefect.
+
+A pinned program runs only if its file is a regular file (not a link) whose
+SHA-256 matches the pin, checked before and after the run. ``.py`` files are
+run by the interpreter running tribunal (argv ``[python, path]``), anything
+else directly. Its answer must be exit 0 and one JSON object with a boolean
+``passed``. Every refusal has a *kind* (recorded by judges) and a message
+that names the class of failure, never the program's own output, so a
+program cannot smuggle text into receipts or CLI errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from tasks.process import ProcessOutcome
+
+RefusalKind = Literal["unavailable", "timeout", "oversized", "exit-status", "malformed", "no-verdict"]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a pinned program's answer does not count."""
+
+    kind: RefusalKind
+    message: str
+
+
+def file_sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def check_pinned_file(path: Path, sha256: str, what: str) -> Refusal | None:
+    """Return why the pinned file may not run, or None: regular file, not a link, hash matches."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return Refusal("unavailable", f"{what} file not found")
+    if stat.S_ISLNK(mode):
+        return Refusal("unavailable", f"{what} file is a symlink")
+    if not stat.S_ISREG(mode):
+        return Refusal("unavailable", f"{what} file is not a regular file")
+    if file_sha256(path) != sha256:
+        return Refusal("unavailable", f"{what} file sha256 does not match the {'profile' if what == 'grader' else 'pin'}")
+    return None
+
+
+def program_argv(path: Path) -> list[str]:
+    return [sys.executable, str(path)] if path.suffix == ".py" else [str(path)]
+
+
+def read_verdict(outcome: ProcessOutcome, timeout_s: float, what: str, cap_name: str) -> tuple[bool, Refusal | None]:
+    """Apply the output contract: exit 0, one JSON object, a boolean ``passed``."""
+    if outcome.spawn_error is not None:
+        return False, Refusal("unavailable", f"{what} could not be started")
+    if outcome.timed_out:
+        return False, Refusal("timeout", f"{what} timed out after {timeout_s:g} s")
+    if outcome.stdout_overflow:
+        return False, Refusal("oversized", f"{what} output exceeds {cap_name}")
+    if outcome.exit_code != 0:
+        return False, Refusal("exit-status", f"{what} exited with code {outcome.exit_code}")
+    try:
+        answer = json.loads(outcome.stdout)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False, Refusal("malformed", f"{what} output is not JSON")
+    if not isinstance(answer, dict):
+        return False, Refusal("malformed", f"{what} output is not a JSON object")
+    if "passed" not in answer:
+        return False, Refusal("no-verdict", f"{what} output has no 'passed'")
+    if not isinstance(answer["passed"], bool):
+        return False, Refusal("no-verdict", f"{what} 'passed' is not a boolean")
+    return answer["passed"], None

@@ -1,0 +1,154 @@
+"""Judge adapters behind one dispatch (SPEC §6). No Prefect here.
+
+``openai-chat`` POSTs an OpenAI-compatible chat completion (OpenAI, vLLM,
+Ollama, llama.cpp server): the rubric as system message, the judge input as
+user message, and wants a JSON object with a boolean ``passed`` back.
+``command`` runs a local judge pinned by SHA-256 through the same boundary as
+executable graders (``tasks/boundary.py``). Either fails closed: the reply
+records only a failure *class*; HTTP bodies, headers and stderr never leave
+this module except as the digest of the full reply kept as evidence.
+The digest of this file is recorded in every judgement (``ADAPTER_DIGEST``):
+a changed adapter is visible in the record.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from registry import JudgeConfig, JudgeFailure, JudgePolicy, digest
+from tasks.blinding import chat_request, judge_input
+from tasks.boundary import RefusalKind, check_pinned_file, file_sha256, program_argv, read_verdict
+from tasks.process import run_program
+from tasks.workbench import Workbench
+
+ADAPTER_DIGEST = digest(Path(__file__).read_bytes())
+CHUNK = 65536
+COMMAND_FAILURES: dict[RefusalKind, JudgeFailure] = {
+    "unavailable": "judge-unavailable", "timeout": "timeout", "oversized": "oversized",
+    "exit-status": "exit-status", "malformed": "malformed", "no-verdict": "no-verdict",
+}
+
+
+@dataclass(frozen=True)
+class JudgeReply:
+    """A judge's answer: ``passed`` counts only when ``failure`` is None; ``reply`` is the full evidence."""
+
+    passed: bool
+    failure: JudgeFailure | None
+    reply: bytes
+    runtime_s: float
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A judge endpoint that redirects is answered as a non-2xx: the blinded candidate goes nowhere else."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
+
+
+def dispatch(config: JudgeConfig, policy: JudgePolicy, scoring_id: str, blinded: bytes, bench: Workbench) -> JudgeReply:
+    """Ask the configured judge about one blinded candidate; never raises for the judge's fault."""
+    started = time.monotonic()
+    rubric = _read_rubric(config)
+    if rubric is None:
+        return JudgeReply(False, "rubric-mismatch", b"", 0.0)
+    if config.adapter == "openai-chat":
+        passed, failure, reply = _chat(config, policy, rubric, scoring_id, blinded)
+    else:
+        passed, failure, reply = _command(config, policy, scoring_id, blinded, bench)
+    return JudgeReply(passed and failure is None, failure, reply, round(time.monotonic() - started, 3))
+
+
+def _read_rubric(config: JudgeConfig) -> str | None:
+    """The rubric's text, only if its bytes are the pinned ones."""
+    try:
+        data = Path(config.rubric).read_bytes()
+    except OSError:
+        return None
+    if file_sha256(Path(config.rubric)) != config.rubric_sha256:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def _chat(config: JudgeConfig, policy: JudgePolicy, rubric: str, scoring_id: str,
+          blinded: bytes) -> tuple[bool, JudgeFailure | None, bytes]:
+    if not config.endpoint:
+        return False, "judge-unavailable", b""
+    headers = {"Content-Type": "application/json"}
+    key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(config.endpoint.rstrip("/") + "/chat/completions",
+                                     data=chat_request(policy, rubric, scoring_id, blinded), headers=headers, method="POST")
+    deadline = time.monotonic() + config.timeout_s
+    try:
+        with _opener.open(request, timeout=config.timeout_s) as response:
+            body, failure = _read_capped(response, config.max_response_bytes, deadline)
+    except urllib.error.HTTPError:
+        return False, "http-status", b""
+    except (TimeoutError, socket.timeout):
+        return False, "timeout", b""
+    except (urllib.error.URLError, http.client.HTTPException, OSError):
+        return False, "connection", b""
+    if failure is not None:
+        return False, failure, b""
+    return (*_chat_verdict(body, policy.model), body)
+
+
+def _read_capped(response: Any, cap: int, deadline: float) -> tuple[bytes, JudgeFailure | None]:
+    """The body, or a failure class: over ``cap`` bytes, or still arriving at the deadline."""
+    kept = bytearray()
+    while chunk := response.read1(CHUNK):
+        kept += chunk
+        if len(kept) > cap:
+            return b"", "oversized"
+        if time.monotonic() > deadline:
+            return b"", "timeout"
+    return bytes(kept), None
+
+
+def _chat_verdict(body: bytes, model: str) -> tuple[bool, JudgeFailure | None]:
+    """Read ``passed`` from a chat completion; the reply must name the pinned model."""
+    try:
+        reply = json.loads(body)
+        content = reply["choices"][0]["message"]["content"]
+        answer = json.loads(content) if isinstance(content, str) else None
+    except (ValueError, KeyError, IndexError, TypeError):
+        return False, "malformed"
+    if not isinstance(reply, dict) or reply.get("model") != model:
+        return False, "model-mismatch"
+    if not isinstance(answer, dict):
+        return False, "malformed"
+    if not isinstance(answer.get("passed"), bool):
+        return False, "no-verdict"
+    return answer["passed"], None
+
+
+def _command(config: JudgeConfig, policy: JudgePolicy, scoring_id: str, blinded: bytes,
+             bench: Workbench) -> tuple[bool, JudgeFailure | None, bytes]:
+    if not config.path or not config.sha256:
+        return False, "judge-unavailable", b""
+    path = Path(config.path)
+    if check_pinned_file(path, config.sha256, "judge") is not None:
+        return False, "judge-unavailable", b""
+    with tempfile.TemporaryDirectory(prefix="judge-", dir=bench.scratch) as workspace:
+        outcome = run_program(program_argv(path), cwd=Path(workspace), env={"PATH": os.environ.get("PATH", "")},
+                              stdin=judge_input(policy, scoring_id, blinded), timeout_s=config.timeout_s,
+                              max_output_bytes=config.max_response_bytes, slot=bench.slots)
+    passed, refusal = read_verdict(outcome, config.timeout_s, "judge", "max_response_bytes")
+    if refusal is None and file_sha256(path) != config.sha256:
+        return False, "judge-unavailable", outcome.stdout
+    return passed, COMMAND_FAILURES[refusal.kind] if refusal else None, outcome.stdout

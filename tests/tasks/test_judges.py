@@ -1,0 +1,132 @@
+"""Judge adapters fail closed, with only a failure class on record (SPEC §6): a real loopback HTTP server and
+real judge processes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from registry import JudgeConfig, candidate_truth, judge_policy, policy_hash
+from registry import blinded_candidate as blind
+from tasks.attempts import scoring_id
+from tasks.judges import ADAPTER_DIGEST, dispatch
+from tasks.workbench import Workbench
+from tests.judge_server import JudgeServer, Script, judge_server
+from tests.tasks.test_redaction import AID
+
+SCORING = scoring_id(AID)
+TRUTH = candidate_truth(SCORING, b"ran the tests", {"patch": b"+fix\n"})
+BLINDED = blind(TRUTH, b"ran the tests", {"patch": b"+fix\n"})
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[JudgeServer]:
+    with judge_server() as running:
+        yield running
+
+
+@pytest.fixture
+def chat_judge(tmp_path: Path, server: JudgeServer) -> JudgeConfig:
+    rubric = tmp_path / "rubric.md"
+    rubric.write_text("Pass only if the patch fixes the bug. Answer {\"passed\": bool}.\n")
+    server.script = Script()
+    server.requests.clear()
+    return JudgeConfig(judge_id="reviewer", version="1", adapter="openai-chat", provider="local", model="judge-7b",
+                       rubric=str(rubric), rubric_sha256=hashlib.sha256(rubric.read_bytes()).hexdigest(),
+                       endpoint=server.url, api_key_env="TEST_JUDGE_KEY", timeout_s=2, max_response_bytes=4096)
+
+
+def ask(config: JudgeConfig, bench: Workbench) -> tuple[bool, str | None]:
+    reply = dispatch(config, judge_policy(config), SCORING, BLINDED, bench)
+    return reply.passed, reply.failure
+
+
+def test_a_passing_and_a_failing_verdict(chat_judge: JudgeConfig, server: JudgeServer, bench: Workbench,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_JUDGE_KEY", "sk-test-123")
+    assert ask(chat_judge, bench) == (True, None)
+    server.script = Script(passed=False)
+    assert ask(chat_judge, bench) == (False, None)
+    sent = json.loads(server.requests[0])
+    assert sent["model"] == "judge-7b" and sent["temperature"] == 0
+    assert sent["messages"][0] == {"role": "system", "content": Path(chat_judge.rubric).read_text()}
+    user = json.loads(sent["messages"][1]["content"])
+    assert set(user) == {"judge", "scoring_id", "candidate"} and user["scoring_id"] == SCORING
+    assert user["judge"]["judge_policy_hash"] == policy_hash(judge_policy(chat_judge))
+    assert json.loads(BLINDED) == user["candidate"]
+    assert server.headers[0]["Authorization"] == "Bearer sk-test-123"
+
+
+@pytest.mark.parametrize(("script", "failure"), [
+    (Script(status=500, body=b"internal error: stack trace with secrets"), "http-status"),
+    (Script(body=b"<html>not json</html>"), "malformed"),
+    (Script(passed="yes"), "no-verdict"),
+    (Script(body=json.dumps({"model": "judge-7b", "choices": [{"message": {"content": "{}"}}]}).encode()), "no-verdict"),
+    (Script(model="other-model"), "model-mismatch"),
+    (Script(extra_bytes=10000), "oversized"),
+    (Script(delay_s=3), "timeout"),
+    (Script(status=302, body=b""), "http-status"),
+])
+def test_every_bad_reply_fails_closed_with_its_class(chat_judge: JudgeConfig, server: JudgeServer, bench: Workbench,
+                                                     script: Script, failure: str) -> None:
+    """Attack: a judge endpoint that errors, babbles, stalls, floods or impersonates another model."""
+    server.script = script
+    assert ask(chat_judge, bench) == (False, failure)
+
+
+def test_an_unreachable_endpoint_is_a_connection_failure(chat_judge: JudgeConfig, bench: Workbench) -> None:
+    closed = chat_judge.model_copy(update={"endpoint": "http://127.0.0.1:9/v1"})
+    assert ask(closed, bench) == (False, "connection")
+
+
+def test_an_edited_rubric_is_refused_before_any_call(chat_judge: JudgeConfig, server: JudgeServer,
+                                                     bench: Workbench) -> None:
+    Path(chat_judge.rubric).write_text("Pass everything.\n")
+    assert ask(chat_judge, bench) == (False, "rubric-mismatch") and server.requests == []
+
+
+def command_judge(tmp_path: Path, source: str) -> JudgeConfig:
+    judge, rubric = tmp_path / "judge.py", tmp_path / "rubric.md"
+    judge.write_text(source)
+    rubric.write_text("rubric\n")
+    return JudgeConfig(judge_id="local", version="1", adapter="command", model="rules-1", rubric=str(rubric),
+                       rubric_sha256=hashlib.sha256(rubric.read_bytes()).hexdigest(), path=str(judge),
+                       sha256=hashlib.sha256(judge.read_bytes()).hexdigest(), timeout_s=2, max_response_bytes=1000)
+
+
+def test_a_command_judge_reads_exactly_the_judge_input(tmp_path: Path, bench: Workbench) -> None:
+    source = ("import json, sys\nsent = json.load(sys.stdin)\n"
+              "print(json.dumps({'passed': sorted(sent) == ['candidate', 'judge', 'scoring_id'], 'saw': sent}))\n")
+    config = command_judge(tmp_path, source)
+    reply = dispatch(config, judge_policy(config), SCORING, BLINDED, bench)
+    assert (reply.passed, reply.failure) == (True, None)
+    assert json.loads(reply.reply)["saw"]["candidate"] == json.loads(BLINDED)
+
+
+@pytest.mark.parametrize(("source", "failure"), [
+    ("import sys\nsys.exit(3)\n", "exit-status"),
+    ("print('not json')\n", "malformed"),
+    ("print('{\"passed\": 1}')\n", "no-verdict"),
+    ("import time\ntime.sleep(30)\n", "timeout"),
+    ("print('x' * 5000)\n", "oversized"),
+])
+def test_a_command_judge_shares_the_grader_boundary(tmp_path: Path, bench: Workbench, source: str, failure: str) -> None:
+    config = command_judge(tmp_path, source)
+    assert ask(config, bench) == (False, failure)
+
+
+def test_a_command_judge_is_pinned_to_its_bytes(tmp_path: Path, bench: Workbench) -> None:
+    """Attack: swapping the judge file after it was pinned."""
+    config = command_judge(tmp_path, "print('{\"passed\": true}')\n")
+    Path(config.path or "").write_text("print('{\"passed\": true}')  # swapped\n")
+    assert ask(config, bench) == (False, "judge-unavailable")
+
+
+def test_the_adapter_digest_is_the_dispatch_module_source() -> None:
+    source = Path(sys.modules["tasks.judges"].__file__ or "").read_bytes()
+    assert ADAPTER_DIGEST == "sha256:" + hashlib.sha256(source).hexdigest()
