@@ -90,7 +90,9 @@ def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, 
                               digest=registry.put(data), size=len(data))])
     states = attempt_states(registry, plan.experiment)
     refs = list(plan.attempt_refs())
-    pending = [ref for ref in refs if ref.attempt_id not in states or not states[ref.attempt_id].sealed]
+    judges = {case.id: case.judge for case in plan.cases}
+    pending = [ref for ref in refs
+               if ref.attempt_id not in states or not states[ref.attempt_id].complete(judges[ref.case_id])]
     sealed = len(refs) - len(pending)
     retained = sum(1 for ref in pending if ref.attempt_id in states and states[ref.attempt_id].retained)
     fresh = len(pending) - retained

@@ -22,6 +22,7 @@ from registry import (
     GraderInput,
     GraderReceipt,
     GraderResult,
+    Judgement,
     ManifestEntry,
     NewEntry,
     Plan,
@@ -31,6 +32,7 @@ from registry import (
 )
 from tasks.candidate import execute_candidate
 from tasks.grading import Grading, grade
+from tasks.judging import judge_attempt
 from tasks.progress import attempt_done
 from tasks.redaction import RedactionLeak
 from tasks.retain import RetainedAttempt, retain_candidate, txn
@@ -88,6 +90,14 @@ class AttemptState:
     @property
     def sealed(self) -> bool:
         return Role.GRADER_RECEIPT in self.entries
+
+    @property
+    def judged(self) -> bool:
+        return Role.JUDGEMENT in self.entries
+
+    def complete(self, judge: str | None) -> bool:
+        """Graded, and judged if its case names a judge: nothing left for evaluate to do."""
+        return self.sealed and (judge is None or self.judged)
 
     @property
     def retained(self) -> bool:
@@ -150,11 +160,11 @@ def evaluate_attempt(contract: AttemptContract, state: AttemptState | None, plan
                      registry: Registry, bench: Workbench) -> str | None:
     """Take one attempt from where the manifest says it stands to sealed; return a stop message, if any.
 
-    Sealed attempts are left alone, retained ones are graded from their stored
-    evidence (the candidate never runs twice), the rest run from the start.
-    Unredacted candidate output exists only inside this call.
+    Complete attempts are left alone; retained ones are graded (and judged)
+    from their stored evidence -- the candidate never runs twice -- the rest
+    run from the start. Unredacted candidate output exists only inside this call.
     """
-    if state is not None and state.sealed:
+    if state is not None and state.complete(contract.judge):
         attempt_done("already sealed")
         return None
     if state is not None and state.retained:
@@ -167,8 +177,12 @@ def evaluate_attempt(contract: AttemptContract, state: AttemptState | None, plan
         except RedactionLeak as leak:
             attempt_done("stopped")
             return f"{contract.attempt_id}: {leak}"
-    result = grade_retained(retained, config, registry, bench)
-    attempt_done("graded" if result.failure is None else "grader failure")
+    failed = None
+    if state is None or not state.sealed:
+        failed = grade_retained(retained, config, registry, bench).failure is not None
+    if contract.judge is not None:
+        failed = judge_attempt(registry, retained, config, bench, scoring_id=scoring_id(contract.attempt_id)).failure is not None or failed
+    attempt_done("grader or judge failure" if failed else "graded")
     return None
 
 
@@ -183,8 +197,10 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
     receipt_entry = receipt_entry or state.entries[Role.GRADER_RECEIPT]
     receipt = registry.load(receipt_entry.digest, GraderReceipt)
     result = registry.load(receipt.result_hash, GraderResult)
+    judgement = state.entries.get(Role.JUDGEMENT)
     verdict = terminal_class(
-        harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded, grader_results=[result]
+        harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded, grader_results=[result],
+        judges_passed=[registry.load(judgement.digest, Judgement).passed] if judgement else [],
     )
     return AttemptSummary(
         attempt_id=ref.attempt_id, case_id=ref.case_id, candidate_id=ref.candidate_id,

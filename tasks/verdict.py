@@ -1,6 +1,7 @@
 """The verdict rule (SPEC §5.5). Pure: resolution is an intersection, never a rescue.
 
-resolved <=> harness valid AND candidate succeeded AND every required grader passed.
+resolved <=> harness valid AND candidate succeeded AND every required grader
+passed AND every judge passed.
 A run whose harness was invalid (the wrong model answered) is not a candidate
 failure but an invalid measurement, so it is classified first; a failed
 candidate keeps its failure whatever a grader says; and an empty set of
@@ -18,9 +19,10 @@ TerminalClass = Literal["resolved", "candidate_failure", "harness_invalid", "gra
 
 
 def terminal_class(
-    *, harness_valid: bool, candidate_succeeded: bool, grader_results: Sequence[GraderResult]
+    *, harness_valid: bool, candidate_succeeded: bool, grader_results: Sequence[GraderResult],
+    judges_passed: Sequence[bool] = (),
 ) -> TerminalClass:
-    """Classify one attempt from the candidate side's facts and the graders' booleans."""
+    """Classify one attempt from the candidate side's facts and the graders' and judges' booleans."""
     if not harness_valid:
         return "harness_invalid"
     if not candidate_succeeded:
@@ -28,4 +30,6 @@ def terminal_class(
     required = [result for result in grader_results if result.required]
     if not required or not all(result.passed for result in required):
         return "grader_failure"
+    if not all(judges_passed):
+        return "judge_failure"
     return "resolved"

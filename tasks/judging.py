@@ -1,0 +1,79 @@
+"""One attempt's model-judge step (SPEC §6): blind, dispatch, record a chained judgement. No Prefect.
+
+The judge sees only the blinded candidate built from retained, redacted
+evidence. Whatever happens -- a verdict, a refusal, an unconfigured judge --
+three records are appended in one commit: the candidate truth, the judgement
+(generation n, chained to generation n-1 by its digest) and the evidence
+receipt sealing observed identity, sessions, runtime, cost, the redaction
+tally and the judgement. An unconfigured judge fails closed under a
+``missing:<name>`` policy, like an unconfigured grader profile.
+"""
+
+from __future__ import annotations
+
+from registry import (
+    Config,
+    Judgement,
+    JudgePolicy,
+    NewEntry,
+    RedactionReceipt,
+    Registry,
+    Role,
+    TerminalEvidence,
+    canonical_json,
+    digest,
+    judge_policy,
+    policy_hash,
+)
+from registry._judging import SamplingParams
+from tasks.blinding import retained_truth
+from tasks.judges import ADAPTER_DIGEST, JudgeReply, dispatch
+from tasks.retain import RetainedAttempt, txn
+from tasks.sealing import seal_evidence
+from tasks.workbench import Workbench
+
+JUDGING_ROLES = (Role.CANDIDATE_TRUTH, Role.JUDGEMENT, Role.EVIDENCE_RECEIPT)
+
+
+def missing_policy(name: str) -> JudgePolicy:
+    """The policy recorded when a case names a judge the config does not define."""
+    return JudgePolicy(judge_id=f"missing:{name}", version="unavailable", adapter="command", provider="",
+                       model="", rubric_sha256="0" * 64, sampling=SamplingParams(temperature=0.0, seed=None))
+
+
+def judge_attempt(registry: Registry, retained: RetainedAttempt, config: Config, bench: Workbench, *,
+                  scoring_id: str, generation: int = 1, prev_judgement_hash: str | None = None,
+                  step: str = "judging") -> Judgement:
+    """Judge a retained attempt once and append its truth, judgement and evidence receipt as one commit."""
+    contract = retained.contract
+    name = contract.judge or ""
+    truth, blinded = retained_truth(registry, scoring_id, retained.result)
+    judge_config = config.judges.get(name)
+    policy = judge_policy(judge_config) if judge_config else missing_policy(name)
+    reply = (dispatch(judge_config, policy, scoring_id, blinded, bench) if judge_config
+             else JudgeReply(False, "judge-unavailable", b"", 0.0))
+    truth_bytes = canonical_json(truth.model_dump(mode="json"))
+    judgement = Judgement(
+        generation=generation, prev_judgement_hash=prev_judgement_hash, judge_policy_hash=policy_hash(policy),
+        adapter_digest=ADAPTER_DIGEST, scoring_id=scoring_id, candidate_truth_hash=digest(truth_bytes),
+        passed=reply.passed, failure=reply.failure, evidence_digest=registry.put(reply.reply),
+    )
+    judgement_bytes = canonical_json(judgement.model_dump(mode="json"))
+    terminal = registry.load(retained.result.terminal_evidence_digest, TerminalEvidence)
+    redaction = registry.find(txn(contract.attempt_id, Role.REDACTION_RECEIPT.value))
+    tally = registry.load(redaction.digest, RedactionReceipt).replacements if redaction else {}
+    evidence = seal_evidence({
+        "attempt_id": contract.attempt_id, "judgement_hash": digest(judgement_bytes),
+        "observed": terminal.observed.model_dump(mode="json"), "session_ids": terminal.session_ids,
+        "runtime_s": reply.runtime_s, "cost_usd": terminal.cost_usd, "redaction_tally": tally,
+    })
+    stored = {Role.CANDIDATE_TRUTH: truth_bytes, Role.JUDGEMENT: judgement_bytes,
+              Role.EVIDENCE_RECEIPT: canonical_json(evidence.model_dump(mode="json"))}
+    registry.append([
+        NewEntry(txn=txn(contract.attempt_id, f"{step}:{role.value}"), role=role.value,
+                 experiment_id=contract.experiment, attempt_id=contract.attempt_id, digest=registry.put(data),
+                 size=len(data), generation=generation)
+        for role, data in stored.items()
+    ])
+    return judgement
+

@@ -1,0 +1,93 @@
+"""Model judges in `tribunal run` (SPEC §6): blinded on the wire, chained records, judge_failure, fail closed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from registry import EvidenceReceipt, Judgement, Registry, Role, chain_findings
+from tasks.sealing import evidence_seal_holds
+from tests.helpers import copy_demo, tribunal
+from tests.judge_server import JudgeServer, Script, judge_server
+
+IDENTITY = ["agent-fixer", "agent-hasty", "agent-crasher", "agent-leaky", "swe-preds", "demo-labs", "fixer-1",
+            "hasty-1", "leaky-model-7", "AKIAIOSFODNN7EXAMPLE"]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[JudgeServer]:
+    with judge_server() as running:
+        yield running
+
+
+def judged_demo(tmp_path: Path, server: JudgeServer, judge: str = "review") -> tuple[Path, Path]:
+    """The demo experiment with every case judged by `judge`, configured to call the scripted server."""
+    spec = copy_demo(tmp_path / "exp")
+    spec.write_text(spec.read_text().replace('grader_profile = "unit-tests"\n',
+                                             f'grader_profile = "unit-tests"\njudge = "{judge}"\n'))
+    rubric = spec.parent / "rubric.md"
+    rubric.write_text("Pass if the patch fixes the bug without touching the tests.\n")
+    config = spec.parent / "tribunal.toml"
+    config.write_text(config.read_text() + (
+        '\n[judges.review]\njudge_id = "reviewer"\nversion = "1"\nadapter = "openai-chat"\nprovider = "local"\n'
+        f'model = "judge-7b"\nrubric = "rubric.md"\nrubric_sha256 = "{hashlib.sha256(rubric.read_bytes()).hexdigest()}"\n'
+        f'endpoint = "{server.url}"\ntimeout_s = 5\n'))
+    return spec, config
+
+
+def run(tmp_path: Path, spec: Path, config: Path, env: dict[str, str]) -> tuple[str, dict]:  # type: ignore[type-arg]
+    registry, plan = str(tmp_path / "reg"), tmp_path / "plan.json"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=env).returncode == 0
+    done = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    return registry, json.loads(done.stdout)
+
+
+def classes(summary: dict) -> dict[tuple[str, str], str]:  # type: ignore[type-arg]
+    return {(a["case_id"], a["candidate_id"]): a["terminal_class"] for a in summary["report"]["attempts"]}
+
+
+def test_a_passing_judge_keeps_verdicts_and_sees_nothing_of_the_candidate(
+    tmp_path: Path, server: JudgeServer, cli_env: dict[str, str]
+) -> None:
+    server.script, server.requests[:] = Script(passed=True), []
+    registry, summary = run(tmp_path, *judged_demo(tmp_path, server), cli_env)
+    assert summary["resolved"] == 5 and len(server.requests) == 10
+    for body in server.requests:
+        text = body.decode().lower()
+        for value in IDENTITY:
+            assert value.lower() not in text, value
+    store = Registry.open(registry)
+    for attempt in {e.attempt_id for e in store.entries(role=Role.JUDGEMENT)}:
+        entries = store.entries(attempt_id=attempt)
+        chain = [(e.digest, store.load(e.digest, Judgement)) for e in entries if e.role == Role.JUDGEMENT]
+        assert chain_findings(chain) == [] and chain[0][1].generation == 1
+        receipt = next(store.load(e.digest, EvidenceReceipt) for e in entries if e.role == Role.EVIDENCE_RECEIPT)
+        assert evidence_seal_holds(receipt) and receipt.attempt_id == attempt
+
+
+def test_a_judge_that_says_no_is_a_judge_failure_but_never_rescues_a_failed_candidate(
+    tmp_path: Path, server: JudgeServer, cli_env: dict[str, str]
+) -> None:
+    server.script = Script(passed=False)
+    _, summary = run(tmp_path, *judged_demo(tmp_path, server), cli_env)
+    verdicts = classes(summary)
+    assert summary["resolved"] == 0
+    assert verdicts[("off-by-one", "agent-fixer")] == "judge_failure"
+    assert verdicts[("off-by-one", "agent-crasher")] == "candidate_failure"
+    assert verdicts[("off-by-one", "agent-hasty")] == "grader_failure"
+
+
+def test_an_unconfigured_judge_fails_closed_with_records(tmp_path: Path, server: JudgeServer,
+                                                        cli_env: dict[str, str]) -> None:
+    server.requests[:] = []
+    registry, summary = run(tmp_path, *judged_demo(tmp_path, server, judge="nobody"), cli_env)
+    assert summary["resolved"] == 0 and server.requests == []
+    assert classes(summary)[("off-by-one", "agent-fixer")] == "judge_failure"
+    judgements = [Registry.open(registry).load(e.digest, Judgement)
+                  for e in Registry.open(registry).entries(role=Role.JUDGEMENT)]
+    assert len(judgements) == 10 and {j.failure for j in judgements} == {"judge-unavailable"}
