@@ -28,6 +28,7 @@ class Role(StrEnum):
     GRADER_RECEIPT = "grader-receipt"
     CANDIDATE_TRUTH = "candidate-truth"
     JUDGE_INTENT = "judge-intent"
+    INTENT_RECOVERY = "intent-recovery"
     JUDGEMENT = "judgement"
     EVIDENCE_RECEIPT = "evidence-receipt"
     EXPERIMENT_RECORD = "experiment-record"

@@ -20,6 +20,7 @@ from registry import (
     Finding,
     GraderReceipt,
     GraderResult,
+    Judgement,
     ManifestEntry,
     ObjectCorrupt,
     ObjectMissing,
@@ -27,6 +28,7 @@ from registry import (
     Role,
     digest,
 )
+from tasks.judge_audit import audit_judgements
 from tasks.sealing import receipt_disagreements, receipt_seal_holds
 from tasks.verdict import terminal_class
 
@@ -80,10 +82,12 @@ def current_class(registry: Registry, entries: list[ManifestEntry]) -> str | Non
     try:
         candidate = CandidateResult.model_validate(json.loads(_load(registry, newest[Role.CANDIDATE_RESULT]) or b""))
         result = GraderResult.model_validate(json.loads(_load(registry, newest[Role.GRADER_RESULT]) or b""))
+        judgement = (Judgement.model_validate(json.loads(_load(registry, newest[Role.JUDGEMENT]) or b""))
+                     if Role.JUDGEMENT in newest else None)
     except (KeyError, ValueError, ValidationError):
         return None
     return terminal_class(harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded,
-                          grader_results=[result])
+                          grader_results=[result], judges_passed=[judgement.passed] if judgement else [])
 
 
 def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
@@ -114,12 +118,12 @@ def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Find
 
 
 def audit_receipts(registry: Registry) -> list[Finding]:
-    """Audit the newest receipt of every attempt in the registry."""
+    """Audit every attempt's grader receipts and judge records."""
     by_attempt: dict[str, list[ManifestEntry]] = {}
     for entry in registry.entries():
         if entry.attempt_id is not None:
             by_attempt.setdefault(entry.attempt_id, []).append(entry)
     findings: list[Finding] = []
     for entries in by_attempt.values():
-        findings += audit_attempt(registry, entries)
+        findings += audit_attempt(registry, entries) + audit_judgements(registry, entries)
     return findings

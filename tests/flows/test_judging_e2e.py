@@ -8,8 +8,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
-from registry import EvidenceReceipt, Judgement, Registry, Role, chain_findings
+from registry import (
+    EvidenceReceipt,
+    JudgeIntent,
+    Judgement,
+    NewEntry,
+    Registry,
+    Role,
+    canonical_json,
+    chain_findings,
+    digest,
+)
 from tasks.sealing import evidence_seal_holds
 from tests.helpers import copy_demo, tribunal
 from tests.judge_server import JudgeServer, Script, judge_server
@@ -91,3 +102,36 @@ def test_an_unconfigured_judge_fails_closed_with_records(tmp_path: Path, server:
     judgements = [Registry.open(registry).load(e.digest, Judgement)
                   for e in Registry.open(registry).entries(role=Role.JUDGEMENT)]
     assert len(judgements) == 10 and {j.failure for j in judgements} == {"judge-unavailable"}
+
+
+def test_doctor_audits_judgement_chains_evidence_truth_and_intents(
+    tmp_path: Path, server: JudgeServer, cli_env: dict[str, str]
+) -> None:
+    """Attack: forged generations, a re-pointed truth, an edited evidence receipt, an intent left open."""
+    server.script = Script(passed=True)
+    registry, _ = run(tmp_path, *judged_demo(tmp_path, server), cli_env)
+    doctor = tribunal("doctor", "--registry", registry, "--json", env=cli_env)
+    assert doctor.returncode == 0, doctor.stdout
+    store = Registry.open(registry)
+    first, second = sorted({e.attempt_id for e in store.entries(role=Role.JUDGEMENT)})[:2]
+    [tip] = [e for e in store.entries(attempt_id=first) if e.role == Role.JUDGEMENT]
+    original = store.load(tip.digest, Judgement)
+
+    def append(role: Role, record: BaseModel, attempt: str, generation: int | None = None) -> str:
+        body = canonical_json(record.model_dump(mode="json"))
+        store.append([NewEntry(txn=f"forged:{digest(body)}", role=role.value, experiment_id="demo", attempt_id=attempt,
+                               digest=store.put(body), size=len(body), generation=generation)])
+        return digest(body)
+
+    append(Role.JUDGEMENT, original.model_copy(update={"generation": 3, "prev_judgement_hash": tip.digest,
+                                                            "candidate_truth_hash": digest(b"other")}), first, 3)
+    append(Role.JUDGE_INTENT, JudgeIntent(attempt_id=second, scoring_id=original.scoring_id,
+                                          judge_policy_hash=original.judge_policy_hash, generation=2,
+                                          prev_judgement_hash=None), second)
+    [evidence] = [e for e in store.entries(attempt_id=second) if e.role == Role.EVIDENCE_RECEIPT]
+    edited = store.load(evidence.digest, EvidenceReceipt).model_copy(update={"cost_usd": 0.0})
+    append(Role.EVIDENCE_RECEIPT, edited, second)
+    doctor = tribunal("doctor", "--registry", registry, "--json", env=cli_env)
+    kinds = {f["kind"] for f in json.loads(doctor.stdout)["findings"]}
+    assert doctor.returncode == 1
+    assert {"judgement-chain", "open-intent", "evidence-seal-broken", "truth-unbound"} <= kinds, kinds
