@@ -216,6 +216,67 @@ def regrade(
 
 
 @app.command()
+def rejudge(
+    plan: Annotated[Path, typer.Option("--plan", help="Frozen plan.json.")],
+    judge: Annotated[str | None, typer.Option("--judge", help="Judge with this judge instead of each case's.")] = None,
+    registry: RegistryOption = None,
+    config: ConfigOption = None,
+    concurrency: ConcurrencyOption = 2,
+    as_json: JsonOption = False,
+) -> None:
+    """Judge retained candidate truth again with the current judge policy; never runs a candidate."""
+    url = resolve_registry_url(registry)
+    frozen = load_plan(plan)
+    config_path = find_config(str(config) if config else None)
+    settings = load_config(config_path)
+    names = {judge} if judge else {case.judge for case in frozen.cases if case.judge}
+    if not names:
+        raise UsageError(f"no case of {frozen.experiment} names a judge; pass --judge NAME")
+    for name in sorted(names - set(settings.judges)):
+        err.print(f"[yellow]warning:[/] judge {name!r} is not configured: its attempts get fail-closed "
+                  f"missing:{name} judgements, which become their current verdicts")
+    from flows.rejudge import rejudge as rejudge_flow
+    from tasks.regrade import latest_record_digest
+
+    latest_record_digest(Registry.open(url), frozen)
+    with flow_progress(f"rejudging {frozen.experiment}", frozen, as_json):
+        summary = rejudge_flow(plan_path=str(plan), registry_url=url, config_path=str(config_path), judge=judge,
+                               concurrency=concurrency)
+    if as_json:
+        print_json(summary.model_dump(mode="json"))
+    else:
+        out.print(f"rejudged {summary.judged} of {summary.attempts} attempts with {', '.join(summary.judges) or 'no judge'}; "
+                  f"record {summary.record}")
+        render_report(summary.report)
+    for message in summary.refused:
+        err.print(f"[red]refused:[/] {escape(message)}")
+    if summary.refused:
+        raise typer.Exit(1)
+
+
+@app.command()
+def recover(
+    plan: Annotated[Path, typer.Option("--plan", help="Frozen plan.json.")],
+    attempt: Annotated[str, typer.Option("--attempt", help="Attempt id whose interrupted judge call to close.")],
+    registry: RegistryOption = None,
+) -> None:
+    """Close an attempt's judge intents that have no outcome, so rejudge may proceed."""
+    from tasks.attempts import attempt_states
+    from tasks.rejudge import recover_attempt
+
+    frozen = load_plan(plan)
+    store = open_registry(registry)
+    if attempt not in {ref.attempt_id for ref in frozen.attempt_refs()}:
+        raise UsageError(f"{attempt} is not an attempt of plan {frozen.experiment}")
+    state = attempt_states(store, frozen.experiment, [attempt]).get(attempt)
+    closed = recover_attempt(store, state, attempt) if state else []
+    if not closed:
+        err.print(f"nothing to recover: {attempt} has no open judge intent")
+        raise typer.Exit(1)
+    out.print(f"closed {len(closed)} judge intent(s) of {attempt}: {', '.join(closed)}; rejudge may proceed")
+
+
+@app.command()
 def selftest(
     registry: Annotated[str | None, typer.Option("--registry", help="Run in a fresh prefix of this registry (default: a temp dir).")] = None,
     as_json: JsonOption = False,

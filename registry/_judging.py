@@ -118,9 +118,14 @@ class Judgement(Strict):
 
 
 class JudgeIntent(Strict):
-    """Written BEFORE a judge is called: what is about to be judged, as which generation."""
+    """Written BEFORE a judge is called: what is about to be judged, as which generation.
+
+    ``intent_id`` is fresh for every call, so a second interrupted call at the
+    same generation is a new open intent, not one an earlier recovery closed.
+    """
 
     schema_version: Literal["tribunal.judge_intent.v1"] = "tribunal.judge_intent.v1"
+    intent_id: str = Field(min_length=16)
     attempt_id: Digest
     scoring_id: Digest
     judge_policy_hash: Digest

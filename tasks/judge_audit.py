@@ -11,35 +11,23 @@ operator's recovery record. A damaged record is a finding, never an exception.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ValidationError
-
 from registry import (
     CandidateResult,
     CandidateTruth,
     EvidenceReceipt,
     Finding,
-    IntentRecovery,
-    JudgeIntent,
     Judgement,
     ManifestEntry,
-    ObjectCorrupt,
-    ObjectMissing,
     Registry,
     Role,
     chain_findings,
 )
+from tasks.judging import open_intents, read_record
 from tasks.sealing import evidence_seal_holds
 
 
 def _finding(kind: str, entry: ManifestEntry, message: str) -> Finding:
     return Finding(kind=kind, seq=entry.seq, digest=entry.digest, message=f"attempt {entry.attempt_id}: {message}")
-
-
-def _read(registry: Registry, entry: ManifestEntry, model: type[BaseModel]) -> BaseModel | None:
-    try:
-        return registry.load(entry.digest, model)
-    except (ObjectMissing, ObjectCorrupt, ValidationError, ValueError):
-        return None
 
 
 def audit_judgements(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
@@ -52,7 +40,7 @@ def audit_judgements(registry: Registry, entries: list[ManifestEntry]) -> list[F
     findings: list[Finding] = []
     chain: list[tuple[str, Judgement]] = []
     for entry in of[Role.JUDGEMENT]:
-        judgement = _read(registry, entry, Judgement)
+        judgement = read_record(registry, entry, Judgement)
         if not isinstance(judgement, Judgement):
             findings.append(_finding("judgement-unreadable", entry, "judgement does not read back"))
             continue
@@ -61,13 +49,13 @@ def audit_judgements(registry: Registry, entries: list[ManifestEntry]) -> list[F
     findings += [_finding("judgement-chain", anchor, message) for message in chain_findings(chain)]
     judged = {object_digest for object_digest, _ in chain}
     for entry in of[Role.EVIDENCE_RECEIPT]:
-        receipt = _read(registry, entry, EvidenceReceipt)
+        receipt = read_record(registry, entry, EvidenceReceipt)
         if not isinstance(receipt, EvidenceReceipt) or not evidence_seal_holds(receipt):
             findings.append(_finding("evidence-seal-broken", entry, "evidence receipt checksum does not hold"))
         elif receipt.judgement_hash not in judged or receipt.attempt_id != entry.attempt_id:
             findings.append(_finding("evidence-unbound", entry, "evidence receipt seals no judgement of this attempt"))
     findings += _truth_findings(registry, of, chain)
-    findings += _open_intents(registry, of, chain)
+    findings += _open_intents(registry, entries)
     return findings
 
 
@@ -75,11 +63,11 @@ def _truth_findings(registry: Registry, of: dict[Role, list[ManifestEntry]],
                     chain: list[tuple[str, Judgement]]) -> list[Finding]:
     """Each judgement's truth is stored for this attempt and binds the retained transcript and patch."""
     truths = {entry.digest: entry for entry in of[Role.CANDIDATE_TRUTH]}
-    result = _read(registry, of[Role.CANDIDATE_RESULT][-1], CandidateResult) if of[Role.CANDIDATE_RESULT] else None
+    result = read_record(registry, of[Role.CANDIDATE_RESULT][-1], CandidateResult) if of[Role.CANDIDATE_RESULT] else None
     findings = []
     for object_digest, judgement in chain:
         entry = truths.get(judgement.candidate_truth_hash)
-        truth = _read(registry, entry, CandidateTruth) if entry else None
+        truth = read_record(registry, entry, CandidateTruth) if entry else None
         bound = (isinstance(truth, CandidateTruth) and isinstance(result, CandidateResult)
                  and truth.transcript_digest == result.transcript_digest
                  and truth.artifacts == {"patch": result.patch_digest} and truth.scoring_id == judgement.scoring_id)
@@ -90,21 +78,6 @@ def _truth_findings(registry: Registry, of: dict[Role, list[ManifestEntry]],
     return findings
 
 
-def _open_intents(registry: Registry, of: dict[Role, list[ManifestEntry]],
-                  chain: list[tuple[str, Judgement]]) -> list[Finding]:
-    """An intent with neither a judgement of its generation nor a recovery record is an unproven effect."""
-    generations = {judgement.generation for _, judgement in chain}
-    recovered = set()
-    for entry in of[Role.INTENT_RECOVERY]:
-        recovery = _read(registry, entry, IntentRecovery)
-        if isinstance(recovery, IntentRecovery):
-            recovered.add(recovery.intent_digest)
-    findings = []
-    for entry in of[Role.JUDGE_INTENT]:
-        intent = _read(registry, entry, JudgeIntent)
-        if not isinstance(intent, JudgeIntent):
-            findings.append(_finding("intent-unreadable", entry, "judge intent does not read back"))
-        elif intent.generation not in generations and entry.digest not in recovered:
-            findings.append(_finding("open-intent", entry, f"judge intent for generation {intent.generation} has no "
-                                     "outcome; run `tribunal recover` for this attempt"))
-    return findings
+def _open_intents(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
+    return [_finding("open-intent", entry, "judge intent has no outcome; run `tribunal recover` for this attempt")
+            for entry in open_intents(registry, entries)]

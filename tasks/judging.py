@@ -13,19 +13,24 @@ from __future__ import annotations
 
 from registry import (
     Config,
+    IntentRecovery,
+    JudgeIntent,
     Judgement,
     JudgePolicy,
+    ManifestEntry,
     NewEntry,
     RedactionReceipt,
     Registry,
     Role,
     TerminalEvidence,
+    TribunalError,
     canonical_json,
     digest,
     judge_policy,
     policy_hash,
 )
 from registry._judging import SamplingParams
+from registry._models import M
 from tasks.blinding import retained_truth
 from tasks.judges import ADAPTER_DIGEST, JudgeReply, dispatch
 from tasks.retain import RetainedAttempt, txn
@@ -77,3 +82,22 @@ def judge_attempt(registry: Registry, retained: RetainedAttempt, config: Config,
     ])
     return judgement
 
+
+def open_intents(registry: Registry, entries: list[ManifestEntry]) -> list[ManifestEntry]:
+    """Judge intents of one attempt with no outcome: no judgement of their generation, no recovery record.
+
+    An unreadable intent counts as open: its effect cannot be proven either.
+    """
+    judged = {j.generation for e in entries if e.role == Role.JUDGEMENT and (j := read_record(registry, e, Judgement))}
+    recovered = {r.intent_digest for e in entries
+                 if e.role == Role.INTENT_RECOVERY and (r := read_record(registry, e, IntentRecovery))}
+    return [entry for entry in entries if entry.role == Role.JUDGE_INTENT and entry.digest not in recovered
+            and getattr(read_record(registry, entry, JudgeIntent), "generation", None) not in judged]
+
+
+def read_record(registry: Registry, entry: ManifestEntry, model: type[M]) -> M | None:
+    """A stored record, or None when it is missing, corrupt or not that record (doctor reports those)."""
+    try:
+        return registry.load(entry.digest, model)
+    except (ValueError, TribunalError):
+        return None

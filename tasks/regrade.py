@@ -120,10 +120,10 @@ def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
 
 
 def record_mutation(registry: Registry, plan: Plan, previous: str, new_record: str, profile: str | None,
-                    outcomes: list[RegradeOutcome], head_before: str | None) -> MutationReceipt:
-    """Append the receipt of a regrade's change to the canonical record."""
+                    outcomes: list[RegradeOutcome], head_before: str | None, operation: str = "regrade") -> MutationReceipt:
+    """Append the receipt of a regrade's (or rejudge's) change to the canonical record."""
     receipt = MutationReceipt(
-        operation="regrade", experiment=plan.experiment, plan_hash=plan.plan_hash, grader_profile=profile,
+        operation=operation, experiment=plan.experiment, plan_hash=plan.plan_hash, grader_profile=profile,
         graders=sorted({f"{o.grader_id}@{o.grader_version}" for o in outcomes}),
         attempts_changed=sum(o.changed for o in outcomes), previous_record=previous, new_record=new_record,
         manifest_head_before=head_before,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,7 +128,7 @@ def test_doctor_audits_judgement_chains_evidence_truth_and_intents(
 
     append(Role.JUDGEMENT, original.model_copy(update={"generation": 3, "prev_judgement_hash": tip.digest,
                                                             "candidate_truth_hash": digest(b"other")}), first, 3)
-    append(Role.JUDGE_INTENT, JudgeIntent(attempt_id=second, scoring_id=original.scoring_id,
+    append(Role.JUDGE_INTENT, JudgeIntent(intent_id="f" * 32, attempt_id=second, scoring_id=original.scoring_id,
                                           judge_policy_hash=original.judge_policy_hash, generation=2,
                                           prev_judgement_hash=None), second)
     [evidence] = [e for e in store.entries(attempt_id=second) if e.role == Role.EVIDENCE_RECEIPT]
@@ -135,3 +138,51 @@ def test_doctor_audits_judgement_chains_evidence_truth_and_intents(
     kinds = {f["kind"] for f in json.loads(doctor.stdout)["findings"]}
     assert doctor.returncode == 1
     assert {"judgement-chain", "open-intent", "evidence-seal-broken", "truth-unbound"} <= kinds, kinds
+
+
+def test_a_rejudge_killed_mid_call_is_refused_until_recovered(
+    tmp_path: Path, server: JudgeServer, cli_env: dict[str, str]
+) -> None:
+    """Crash: SIGKILL the rejudge while a judge call is in flight; the unproven effect blocks that attempt."""
+    server.script = Script(passed=True)
+    spec, config = judged_demo(tmp_path, server)
+    registry, _ = run(tmp_path, spec, config, cli_env)
+    plan = str(tmp_path / "plan.json")
+    rejudge = [sys.executable, "-c", "from flows.cli import main; main()", "rejudge", "--plan", plan,
+               "--registry", registry, "--config", str(config), "--json"]
+    second = subprocess.run(rejudge, capture_output=True, text=True, env=cli_env, timeout=600)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["judged"] == 10
+
+    server.script = Script(passed=False, delay_s=120)
+    crashed = subprocess.Popen(rejudge, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env)
+    deadline = time.monotonic() + 120
+    while not any(e.generation == 3 for e in Registry.open(registry).entries(role=Role.JUDGE_INTENT)):
+        assert time.monotonic() < deadline and crashed.poll() is None, "no judge intent was written"
+        time.sleep(0.2)
+    crashed.kill()
+    crashed.wait()
+    store = Registry.open(registry)
+    interrupted = sorted({e.attempt_id for e in store.entries(role=Role.JUDGE_INTENT) if e.generation == 3})
+
+    server.script = Script(passed=False)
+    refused = subprocess.run(rejudge, capture_output=True, text=True, env=cli_env, timeout=600)
+    assert refused.returncode == 1
+    for attempt in interrupted:
+        assert f"tribunal recover --plan plan.json --attempt {attempt}" in refused.stderr.replace("\n", "")
+    doctor = tribunal("doctor", "--registry", registry, "--json", env=cli_env)
+    assert {f["kind"] for f in json.loads(doctor.stdout)["findings"]} == {"open-intent"}
+
+    for attempt in interrupted:
+        recovered = tribunal("recover", "--plan", plan, "--attempt", attempt, "--registry", registry, env=cli_env)
+        assert recovered.returncode == 0, recovered.stderr
+    again = tribunal("recover", "--plan", plan, "--attempt", interrupted[0], "--registry", registry, env=cli_env)
+    assert again.returncode == 1 and "nothing to recover" in again.stderr
+    final = subprocess.run(rejudge, capture_output=True, text=True, env=cli_env, timeout=600)
+    assert final.returncode == 0, final.stderr
+    doctor = tribunal("doctor", "--registry", registry, "--json", env=cli_env)
+    assert doctor.returncode == 0, doctor.stdout
+    store = Registry.open(registry)
+    chain = [(e.digest, store.load(e.digest, Judgement)) for e in store.entries(attempt_id=interrupted[0])
+             if e.role == Role.JUDGEMENT]
+    assert [j.generation for _, j in chain] == [1, 2, 3] and chain_findings(chain) == []

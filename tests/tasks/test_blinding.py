@@ -125,7 +125,7 @@ def test_an_evidence_receipt_seal_covers_identity_cost_tally_and_judgement() -> 
 
 def test_an_intent_names_the_generation_it_will_write() -> None:
     first = stored(judgement(1, None))
-    intent = JudgeIntent(attempt_id=AID, scoring_id=scoring_id(AID), judge_policy_hash=first[1].judge_policy_hash,
+    intent = JudgeIntent(intent_id="0" * 32, attempt_id=AID, scoring_id=scoring_id(AID), judge_policy_hash=first[1].judge_policy_hash,
                          generation=2, prev_judgement_hash=first[0])
     assert chain_findings([first, stored(judgement(intent.generation, intent.prev_judgement_hash))]) == []
     with pytest.raises(ValueError):

@@ -1,0 +1,88 @@
+"""Rejudge (SPEC §6): judge retained candidate truth again under the current judge policy, never the candidate.
+
+Per attempt the judge intent {scoring_id, judge_policy_hash, generation n+1,
+prev hash} is appended BEFORE the judge is called; the judgement n+1 then
+chains to n. An intent with no outcome (the process died mid-call) means the
+effect cannot be proven, so that attempt is refused until an operator runs
+``tribunal recover``, which appends a recovery record closing the intent.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from registry import (
+    AttemptContract,
+    CandidateResult,
+    Config,
+    IntentRecovery,
+    JudgeIntent,
+    Judgement,
+    NewEntry,
+    Registry,
+    Role,
+    TribunalError,
+    canonical_json,
+    judge_policy,
+    policy_hash,
+)
+from tasks.attempts import AttemptState, scoring_id
+from tasks.judging import judge_attempt, missing_policy, open_intents
+from tasks.regrade import REQUIRED, EvidenceMissing, RegradeOutcome
+from tasks.retain import RetainedAttempt
+from tasks.workbench import Workbench
+
+
+class IntentOpen(TribunalError):
+    """An earlier judge call's outcome cannot be proven; the operator must recover the attempt first."""
+
+
+def recover_hint(attempt_id: str) -> str:
+    return (f"judge intent for {attempt_id} has no outcome (a judge call was interrupted); run "
+            f"`tribunal recover --plan plan.json --attempt {attempt_id}` before rejudging it")
+
+
+def rejudge_attempt(registry: Registry, state: AttemptState, attempt_id: str, config: Config, judge: str | None,
+                    bench: Workbench) -> RegradeOutcome:
+    """Append judgement generation n+1 for one attempt, intent first; IntentOpen if an earlier one is unproven."""
+    if any(role not in state.entries for role in REQUIRED):
+        raise EvidenceMissing(f"candidate evidence missing for {attempt_id}")
+    if open_intents(registry, list(state.history)):
+        raise IntentOpen(recover_hint(attempt_id))
+    contract = registry.load(state.entries[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
+    name = judge or contract.judge
+    if name is None:
+        return RegradeOutcome(attempt_id, None, "-", "-", changed=False)
+    tip = state.entries.get(Role.JUDGEMENT)
+    generation = (registry.load(tip.digest, Judgement).generation + 1) if tip else 1
+    scoring = scoring_id(attempt_id)
+    policy = judge_policy(config.judges[name]) if name in config.judges else missing_policy(name)
+    intent = JudgeIntent(intent_id=uuid.uuid4().hex, attempt_id=attempt_id, scoring_id=scoring,
+                         judge_policy_hash=policy_hash(policy), generation=generation,
+                         prev_judgement_hash=tip.digest if tip else None)
+    body = canonical_json(intent.model_dump(mode="json"))
+    registry.append([NewEntry(txn=f"rejudge:{attempt_id}:intent:{intent.intent_id}", role=Role.JUDGE_INTENT.value,
+                              experiment_id=contract.experiment, attempt_id=attempt_id, digest=registry.put(body),
+                              size=len(body), generation=generation)])
+    retained = RetainedAttempt(
+        contract=contract.model_copy(update={"judge": name}),
+        result=registry.load(state.entries[Role.CANDIDATE_RESULT].digest, CandidateResult),
+        patch=b"",
+    )
+    judge_attempt(registry, retained, config, bench, scoring_id=scoring, generation=generation,
+                  prev_judgement_hash=tip.digest if tip else None, step=f"rejudge:{generation}")
+    return RegradeOutcome(attempt_id, generation, policy.judge_id, policy.version, changed=True)
+
+
+def recover_attempt(registry: Registry, state: AttemptState, attempt_id: str) -> list[str]:
+    """Close every open judge intent of one attempt with a recovery record; return the intents closed."""
+    closed = []
+    for intent in open_intents(registry, list(state.history)):
+        record = IntentRecovery(attempt_id=attempt_id, intent_digest=intent.digest,
+                                reason="operator recovery: the outcome of an interrupted judge call cannot be proven")
+        body = canonical_json(record.model_dump(mode="json"))
+        registry.append([NewEntry(txn=f"recover:{intent.digest}", role=Role.INTENT_RECOVERY.value,
+                                  experiment_id=intent.experiment_id, attempt_id=attempt_id, digest=registry.put(body),
+                                  size=len(body))])
+        closed.append(intent.digest)
+    return closed
