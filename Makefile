@@ -24,6 +24,14 @@ demo: $(STAMP)
 	$(BIN)/tribunal run --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --config examples/demo/tribunal.toml
 	$(BIN)/tribunal report --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
 	$(BIN)/tribunal doctor --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
+ifdef JUDGE_ENDPOINT
+	$(BIN)/python examples/demo/judged.py $(DEMO_DIR)/judged
+	$(BIN)/tribunal plan freeze $(DEMO_DIR)/judged/experiment.toml -o $(DEMO_DIR)/judged-plan.json --registry $(DEMO_DIR)/registry
+	$(BIN)/tribunal run --plan $(DEMO_DIR)/judged-plan.json --registry $(DEMO_DIR)/registry --config $(DEMO_DIR)/judged/tribunal.toml
+	$(BIN)/tribunal doctor --plan $(DEMO_DIR)/judged-plan.json --registry $(DEMO_DIR)/registry
+else
+	@echo "model judge: skipped (set JUDGE_ENDPOINT to an OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1, and JUDGE_MODEL, to judge the demo too)"
+endif
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

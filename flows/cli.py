@@ -9,26 +9,27 @@ mistake.
 
 from __future__ import annotations
 
-import io
-import logging
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import MofNCompleteColumn, Progress
-from rich.table import Table
 
+from flows.console import (
+    err,
+    flow_progress,
+    out,
+    quiet_prefect_failures,
+    render_comparison,
+    render_doctor,
+    render_report,
+    table_text,
+)
 from registry import (
-    DoctorReport,
     ManifestCorrupt,
     Pin,
-    Plan,
     Registry,
     TribunalError,
     UsageError,
@@ -57,8 +58,6 @@ app = typer.Typer(
 plan_app = typer.Typer(help="Freeze experiments into plans.", no_args_is_help=True)
 app.add_typer(plan_app, name="plan")
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
 
 RegistryOption = Annotated[
     str | None,
@@ -330,7 +329,7 @@ def report(
         "md": lambda: to_markdown(built),
         "html": lambda: to_html(built, rates_by_grader_version(store, frozen)),
         "swebench": lambda: canonical_json(to_swebench(built)).decode() + "\n",
-        "table": lambda: _table_text(built),
+        "table": lambda: table_text(built),
     }[format]
     if output is not None:
         output.write_text(text())
@@ -341,91 +340,6 @@ def report(
         sys.stdout.write(text())
     if format != "json":
         err.print(f"stored report {built['report_digest']}")
-
-
-def render_comparison(diff: dict[str, Any]) -> None:
-    """Print verdict flips and pass-rate changes between two stored reports."""
-    flips = Table("case", "candidate", "#", "before", "after", "graders", title=f"{len(diff['flips'])} verdict flips")
-    for flip in diff["flips"]:
-        flips.add_row(flip["case_id"], flip["candidate_id"], str(flip["index"]), flip["before"], flip["after"],
-                      f"{flip['grader_before']} -> {flip['grader_after']}")
-    out.print(flips)
-    rates = Table("candidate", "before", "after", "change", title="pass rate per candidate")
-    for name, rate in diff["pass_rates"].items():
-        pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
-        change = "-" if rate["change"] is None else f"{100 * rate['change']:+.1f} pts"
-        rates.add_row(name, f"{pct(rate['before'])} ({', '.join(rate['graders_before'])})",
-                      f"{pct(rate['after'])} ({', '.join(rate['graders_after'])})", change)
-    out.print(rates)
-
-
-def _table_text(built: dict[str, Any]) -> str:
-    console = Console(record=True, width=160, file=io.StringIO())
-    render_report(built, console)
-    return console.export_text()
-
-
-@contextmanager
-def flow_progress(title: str, plan: Plan, as_json: bool) -> Iterator[None]:
-    """A Rich progress bar over the plan's attempts, fed by the flow's task threads."""
-    from tasks.progress import listening
-
-    quiet_prefect_failures()
-    total = sum(1 for _ in plan.attempt_refs())
-    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=err, disable=as_json) as bar:
-        task = bar.add_task(title, total=total)
-        with listening(lambda _status, count: bar.advance(task, count)):
-            yield
-
-
-def quiet_prefect_failures() -> None:
-    """The CLI reports a failed flow itself; Prefect's own ERROR log would add a traceback."""
-    for name in ("prefect.flow_runs", "prefect.task_runs"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
-def render_report(built: dict[str, Any], console: Console | None = None) -> None:
-    """Print attempts and per-candidate pass rates of a report."""
-    console = console or out
-    attempts = Table("case", "candidate", "#", "verdict", "grader", "gen", title=f"{built['experiment']} ({built['layer']})")
-    for item in built["attempts"]:
-        style = "green" if item["resolved"] else "red"
-        attempts.add_row(item["case_id"], item["candidate_id"], str(item["index"]), f"[{style}]{item['terminal_class']}[/]",
-                         f"{item['grader_id']}@{item['grader_version']}", str(item["generation"]))
-    console.print(attempts)
-    rates = Table("candidate", "attempts", "resolved", "pass rate", "graders", title="pass rate per candidate")
-    for name, tally in built["summary"]["candidates"].items():
-        if tally is None:
-            rates.add_row(name, "0", "0", "-", "not graded")
-            continue
-        rates.add_row(name, str(tally["attempts"]), str(tally["resolved"]), f"{100 * tally['pass_rate']:.0f}%",
-                      ", ".join(tally["graders"]))
-    console.print(rates)
-    if built["summary"]["not_graded"]:
-        console.print(f"{built['summary']['not_graded']} attempts not graded (by this layer)")
-    console.print(f"report {built['report_digest']} at manifest head {built['manifest_head']}")
-
-
-def render_doctor(report: DoctorReport) -> None:
-    """Print a doctor report as a summary line, the head to pin, and a findings table."""
-    out.print(
-        f"{report.registry}: {report.commits} commits, {report.entries} entries, "
-        f"{report.segments} segments, {report.objects} objects"
-    )
-    if report.head is not None:
-        out.print(f"head: {report.head.seq}:{report.head.entry_hash}  (record it; pass it back with --pin)")
-    if report.clean:
-        out.print("[green]clean[/]: no findings")
-        return
-    table = Table("kind", "where", "finding", title=f"{len(report.findings)} findings")
-    for finding in report.findings:
-        where = (
-            f"seq {finding.seq}" if finding.seq is not None
-            else f"commit {finding.version}" if finding.version is not None
-            else finding.digest or ""
-        )
-        table.add_row(finding.kind, where, finding.message)
-    out.print(table)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -152,6 +152,16 @@ class GraderInput(Strict):
     patch: str
 
 
+class JudgementLine(Strict):
+    """One judgement generation as reports list it."""
+
+    generation: int
+    passed: bool
+    failure: str | None
+    judge_policy_hash: Digest
+    judgement_digest: Digest
+
+
 class AttemptSummary(Strict):
     """One attempt's line in the experiment record."""
 
@@ -166,6 +176,8 @@ class AttemptSummary(Strict):
     generation: int
     receipt_digest: Digest
     evidence: dict[str, Digest]
+    judgements: list[JudgementLine] = []
+    """Every judgement generation in manifest order; the last (the chain's tip) is the effective judge verdict."""
 
 
 class ExperimentRecord(Strict):

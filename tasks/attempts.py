@@ -23,6 +23,7 @@ from registry import (
     GraderReceipt,
     GraderResult,
     Judgement,
+    JudgementLine,
     ManifestEntry,
     NewEntry,
     Plan,
@@ -197,15 +198,20 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
     receipt_entry = receipt_entry or state.entries[Role.GRADER_RECEIPT]
     receipt = registry.load(receipt_entry.digest, GraderReceipt)
     result = registry.load(receipt.result_hash, GraderResult)
-    judgement = state.entries.get(Role.JUDGEMENT)
+    judgements = [
+        JudgementLine(generation=j.generation, passed=j.passed, failure=j.failure, judge_policy_hash=j.judge_policy_hash,
+                      judgement_digest=entry.digest)
+        for entry in state.history if entry.role == Role.JUDGEMENT
+        for j in [registry.load(entry.digest, Judgement)]
+    ]
     verdict = terminal_class(
         harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded, grader_results=[result],
-        judges_passed=[registry.load(judgement.digest, Judgement).passed] if judgement else [],
+        judges_passed=[judgements[-1].passed] if judgements else [],
     )
     return AttemptSummary(
         attempt_id=ref.attempt_id, case_id=ref.case_id, candidate_id=ref.candidate_id,
         index=ref.index, terminal_class=verdict, resolved=verdict == "resolved",
         grader_id=receipt.grader_id, grader_version=receipt.grader_version,
         generation=receipt_entry.generation or 1, receipt_digest=receipt_entry.digest,
-        evidence={role: entry.digest for role, entry in sorted(state.entries.items())},
+        evidence={role: entry.digest for role, entry in sorted(state.entries.items())}, judgements=judgements,
     )

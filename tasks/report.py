@@ -129,6 +129,9 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
             "grader_id": summary.grader_id, "grader_version": summary.grader_version,
             "generation": summary.generation, "receipt": summary.receipt_digest,
             "cohort_key": cohort_key(case.id, case.snapshot_digest, case.prompt_hash, layer),
+            **({"judge": summary.judgements[-1].model_dump(mode="json"),
+                "judgements": [line.model_dump(mode="json") for line in summary.judgements]}
+               if summary.judgements else {}),
         })
     cohorts = [
         {"case_id": case_id, "cohort_key": attempts_of[0]["cohort_key"], **_rates(attempts_of, "case_id")[case_id]}

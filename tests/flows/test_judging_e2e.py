@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,7 +25,7 @@ from registry import (
     digest,
 )
 from tasks.sealing import evidence_seal_holds
-from tests.helpers import copy_demo, tribunal
+from tests.helpers import REPO, tribunal
 from tests.judge_server import JudgeServer, Script, judge_server
 
 IDENTITY = ["agent-fixer", "agent-hasty", "agent-crasher", "agent-leaky", "swe-preds", "demo-labs", "fixer-1",
@@ -39,18 +39,13 @@ def server() -> Iterator[JudgeServer]:
 
 
 def judged_demo(tmp_path: Path, server: JudgeServer, judge: str = "review") -> tuple[Path, Path]:
-    """The demo experiment with every case judged by `judge`, configured to call the scripted server."""
-    spec = copy_demo(tmp_path / "exp")
-    spec.write_text(spec.read_text().replace('grader_profile = "unit-tests"\n',
-                                             f'grader_profile = "unit-tests"\njudge = "{judge}"\n'))
-    rubric = spec.parent / "rubric.md"
-    rubric.write_text("Pass if the patch fixes the bug without touching the tests.\n")
-    config = spec.parent / "tribunal.toml"
-    config.write_text(config.read_text() + (
-        '\n[judges.review]\njudge_id = "reviewer"\nversion = "1"\nadapter = "openai-chat"\nprovider = "local"\n'
-        f'model = "judge-7b"\nrubric = "rubric.md"\nrubric_sha256 = "{hashlib.sha256(rubric.read_bytes()).hexdigest()}"\n'
-        f'endpoint = "{server.url}"\ntimeout_s = 5\n'))
-    return spec, config
+    """The demo made judged by examples/demo/judged.py (as `make demo` does), calling the scripted server."""
+    env = {**os.environ, "JUDGE_ENDPOINT": server.url, "JUDGE_MODEL": "judge-7b"}
+    made = subprocess.run([sys.executable, str(REPO / "examples" / "demo" / "judged.py"), str(tmp_path / "exp")],
+                          capture_output=True, text=True, env=env, check=True)
+    spec = Path(made.stdout.strip())
+    spec.write_text(spec.read_text().replace('judge = "review"', f'judge = "{judge}"'))
+    return spec, spec.parent / "tribunal.toml"
 
 
 def run(tmp_path: Path, spec: Path, config: Path, env: dict[str, str]) -> tuple[str, dict]:  # type: ignore[type-arg]
@@ -122,7 +117,7 @@ def test_doctor_audits_judgement_chains_evidence_truth_and_intents(
 
     def append(role: Role, record: BaseModel, attempt: str, generation: int | None = None) -> str:
         body = canonical_json(record.model_dump(mode="json"))
-        store.append([NewEntry(txn=f"forged:{digest(body)}", role=role.value, experiment_id="demo", attempt_id=attempt,
+        store.append([NewEntry(txn=f"forged:{digest(body)}", role=role.value, experiment_id="demo-judged", attempt_id=attempt,
                                digest=store.put(body), size=len(body), generation=generation)])
         return digest(body)
 
@@ -180,6 +175,9 @@ def test_a_rejudge_killed_mid_call_is_refused_until_recovered(
     assert again.returncode == 1 and "nothing to recover" in again.stderr
     final = subprocess.run(rejudge, capture_output=True, text=True, env=cli_env, timeout=600)
     assert final.returncode == 0, final.stderr
+    line = next(a for a in json.loads(final.stdout)["report"]["attempts"] if a["attempt_id"] == interrupted[0])
+    assert [j["generation"] for j in line["judgements"]] == [1, 2, 3] and line["judge"]["generation"] == 3
+    assert [j["passed"] for j in line["judgements"]] == [True, True, False]
     doctor = tribunal("doctor", "--registry", registry, "--json", env=cli_env)
     assert doctor.returncode == 0, doctor.stdout
     store = Registry.open(registry)
