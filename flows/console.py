@@ -65,11 +65,19 @@ def quiet_prefect_failures() -> None:
 def render_report(built: dict[str, Any], console: Console | None = None) -> None:
     """Print attempts and per-candidate pass rates of a report."""
     console = console or out
-    attempts = Table("case", "candidate", "#", "verdict", "grader", "gen", title=f"{built['experiment']} ({built['layer']})")
+    judged = any("judge" in item for item in built["attempts"])
+    columns = ["case", "candidate", "#", "verdict", "grader", "gen"] + (["judge (gen)"] if judged else [])
+    attempts = Table(*columns, title=f"{built['experiment']} ({built['layer']})")
     for item in built["attempts"]:
         style = "green" if item["resolved"] else "red"
-        attempts.add_row(item["case_id"], item["candidate_id"], str(item["index"]), f"[{style}]{item['terminal_class']}[/]",
-                         f"{item['grader_id']}@{item['grader_version']}", str(item["generation"]))
+        row = [item["case_id"], item["candidate_id"], str(item["index"]), f"[{style}]{item['terminal_class']}[/]",
+               f"{item['grader_id']}@{item['grader_version']}", str(item["generation"])]
+        if judged:
+            judge = item.get("judge")
+            row.append("-" if judge is None else
+                       f"{'pass' if judge['passed'] else 'fail'}{' (' + judge['failure'] + ')' if judge['failure'] else ''}"
+                       f" ({judge['generation']})")
+        attempts.add_row(*row)
     console.print(attempts)
     rates = Table("candidate", "attempts", "resolved", "pass rate", "graders", title="pass rate per candidate")
     for name, tally in built["summary"]["candidates"].items():

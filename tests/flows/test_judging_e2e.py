@@ -83,7 +83,9 @@ def test_a_judge_that_says_no_is_a_judge_failure_but_never_rescues_a_failed_cand
     tmp_path: Path, server: JudgeServer, cli_env: dict[str, str]
 ) -> None:
     server.script = Script(passed=False)
-    _, summary = run(tmp_path, *judged_demo(tmp_path, server), cli_env)
+    registry, summary = run(tmp_path, *judged_demo(tmp_path, server), cli_env)
+    table = tribunal("report", "--plan", str(tmp_path / "plan.json"), "--registry", registry, env=cli_env)
+    assert "judge (gen)" in table.stdout and "fail (1)" in table.stdout
     verdicts = classes(summary)
     assert summary["resolved"] == 0
     assert verdicts[("off-by-one", "agent-fixer")] == "judge_failure"
