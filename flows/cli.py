@@ -41,6 +41,7 @@ from registry import (
     load_config,
     load_plan,
     resolve_registry_url,
+    tune_allocators,
 )
 from tasks.audit import audit_receipts
 
@@ -344,6 +345,7 @@ def report(
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app, turning TribunalError into a message and exit code."""
+    tune_allocators()
     try:
         app(args=argv, prog_name="tribunal")
     except TribunalError as error:

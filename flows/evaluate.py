@@ -20,7 +20,18 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
-from registry import NewEntry, Plan, Registry, Role, UsageError, find_config, load_config, load_plan, plan_bytes
+from registry import (
+    NewEntry,
+    Plan,
+    Registry,
+    Role,
+    UsageError,
+    find_config,
+    load_config,
+    load_plan,
+    plan_bytes,
+    tune_allocators,
+)
 from tasks.attempts import attempt_states, make_contract
 from tasks.progress import attempt_done
 from tasks.report import build_report, current_summaries, seal_experiment_record
@@ -78,6 +89,7 @@ def run_name() -> str:
 def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, concurrency: int = 2) -> EvaluateSummary:
     """Evaluate every attempt of a frozen plan and seal the verdicts."""
     logger = get_run_logger()
+    tune_allocators()
     plan = load_plan(Path(plan_path))
     config = load_config(find_config(config_path))
     registry = Registry.open(registry_url)

@@ -17,7 +17,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
-from registry import Config, Registry, find_config, load_config, load_plan
+from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
 from tasks.progress import attempt_done
 from tasks.regrade import (
@@ -83,6 +83,7 @@ def regrade(plan_path: str, registry_url: str, config_path: str | None = None, p
             concurrency: int = 2) -> RegradeSummary:
     """Regrade every attempt of a plan with the current grader bytes; never runs a candidate."""
     logger = get_run_logger()
+    tune_allocators()
     plan = load_plan(Path(plan_path))
     config = load_config(find_config(config_path))
     registry = Registry.open(registry_url)

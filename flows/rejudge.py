@@ -16,7 +16,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
-from registry import Config, Registry, find_config, load_config, load_plan
+from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
 from tasks.progress import attempt_done
 from tasks.regrade import EvidenceMissing, RegradeOutcome, first_missing_evidence, latest_record_digest, record_mutation
@@ -74,6 +74,7 @@ def run_name() -> str:
 def rejudge(plan_path: str, registry_url: str, config_path: str | None = None, judge: str | None = None,
             concurrency: int = 2) -> RejudgeSummary:
     """Judge every attempt of a plan again with the current judge policy; never runs a candidate."""
+    tune_allocators()
     plan = load_plan(Path(plan_path))
     config = load_config(find_config(config_path))
     registry = Registry.open(registry_url)
