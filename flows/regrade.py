@@ -12,27 +12,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import flow_run
-from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
+from flows.generations import run_batches, seal_new_version
 from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
 from tasks.progress import attempt_done
 from tasks.regrade import (
-    EvidenceMissing,
     RegradeOutcome,
-    first_missing_evidence,
     latest_record_digest,
-    record_mutation,
     regrade_attempt,
 )
-from tasks.report import build_report, current_summaries, head_label, seal_experiment_record
+from tasks.report import head_label
 from tasks.steps import step
-from tasks.workbench import Workbench, workbench
-
-BATCH = 25
+from tasks.workbench import Workbench
 
 
 class RegradeSummary(BaseModel):
@@ -89,30 +83,14 @@ def regrade(plan_path: str, registry_url: str, config_path: str | None = None, p
     registry = Registry.open(registry_url)
     previous = latest_record_digest(registry, plan)
     head_before = head_label(registry)
-    work = [ref.attempt_id for ref in plan.attempt_refs()]
     profiles = {profile} if profile else {case.grader_profile for case in plan.cases}
     missing = sorted(name for name in profiles if name not in config.grader_profiles)
     for name in missing:
         logger.warning("grader profile %r is not configured: its attempts get fail-closed missing:%s generations, "
                        "which become their current verdicts", name, name)
-    progress = create_progress_artifact(progress=0.0, description=f"regrade {plan.experiment}")
-    stop = first_missing_evidence(registry, plan.experiment, work)
-    outcomes: list[RegradeOutcome] = []
-    with workbench(concurrency, prefix="tribunal-regrade-") as bench, \
-            ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
-        futures = [runner.submit(regrade_batch, {"attempt_ids": work[start : start + BATCH], "experiment": plan.experiment,
-                                                 "registry": registry, "config": config, "profile": profile,
-                                                 "bench": bench})
-                   for start in range(0, len(work) if stop is None else stop, BATCH)]
-        for future in futures:
-            outcomes += future.result()
-            update_progress_artifact(progress, progress=100.0 * len(outcomes) / max(1, len(work)))
-    if stop is not None:
-        raise EvidenceMissing(f"candidate evidence missing for {work[stop]}")
-    summaries = current_summaries(registry, plan)
-    _, new_record = seal_experiment_record(registry, plan, summaries)
-    record_mutation(registry, plan, previous, new_record, profile, outcomes, head_before)
-    report = build_report(registry, plan, summaries=summaries)
+    batches = run_batches(regrade_batch, registry, plan, {"config": config, "profile": profile}, concurrency, "regrade")
+    outcomes: list[RegradeOutcome] = [outcome for batch in batches for outcome in batch]
+    new_record, report = seal_new_version(registry, plan, previous, head_before, profile, outcomes, "regrade")
     return RegradeSummary(
         experiment=plan.experiment, plan_hash=plan.plan_hash, profile=profile, attempts=len(outcomes),
         changed=sum(o.changed for o in outcomes), unchanged=sum(not o.changed for o in outcomes),

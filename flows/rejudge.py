@@ -11,21 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow
-from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.runtime import flow_run
-from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
+from flows.generations import run_batches, seal_new_version
 from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
 from tasks.progress import attempt_done
-from tasks.regrade import EvidenceMissing, RegradeOutcome, first_missing_evidence, latest_record_digest, record_mutation
+from tasks.regrade import RegradeOutcome, latest_record_digest
 from tasks.rejudge import IntentOpen, rejudge_attempt
-from tasks.report import build_report, current_summaries, head_label, seal_experiment_record
+from tasks.report import head_label
 from tasks.steps import step
-from tasks.workbench import Workbench, workbench
-
-BATCH = 25
+from tasks.workbench import Workbench
 
 
 class RejudgeSummary(BaseModel):
@@ -80,29 +77,11 @@ def rejudge(plan_path: str, registry_url: str, config_path: str | None = None, j
     registry = Registry.open(registry_url)
     previous = latest_record_digest(registry, plan)
     head_before = head_label(registry)
-    work = [ref.attempt_id for ref in plan.attempt_refs()]
-    stop = first_missing_evidence(registry, plan.experiment, work)
-    progress = create_progress_artifact(progress=0.0, description=f"rejudge {plan.experiment}")
-    outcomes: list[RegradeOutcome] = []
-    refused: list[str] = []
-    with workbench(concurrency, prefix="tribunal-rejudge-") as bench, \
-            ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
-        futures = [runner.submit(rejudge_batch, {"attempt_ids": work[start : start + BATCH], "experiment": plan.experiment,
-                                                 "registry": registry, "config": config, "judge": judge, "bench": bench})
-                   for start in range(0, len(work) if stop is None else stop, BATCH)]
-        for done, future in enumerate(futures, start=1):
-            batch_outcomes, batch_refused = future.result()
-            outcomes += batch_outcomes
-            refused += batch_refused
-            update_progress_artifact(progress, progress=100.0 * min(len(work), done * BATCH) / max(1, len(work)))
-    if stop is not None:
-        raise EvidenceMissing(f"candidate evidence missing for {work[stop]}")
-    summaries = current_summaries(registry, plan)
-    _, new_record = seal_experiment_record(registry, plan, summaries)
-    judged = [o for o in outcomes if o.changed]
-    record_mutation(registry, plan, previous, new_record, None, judged, head_before, operation="rejudge")
+    batches = run_batches(rejudge_batch, registry, plan, {"config": config, "judge": judge}, concurrency, "rejudge")
+    judged = [outcome for outcomes, _ in batches for outcome in outcomes if outcome.changed]
+    new_record, report = seal_new_version(registry, plan, previous, head_before, None, judged, "rejudge")
     return RejudgeSummary(
-        experiment=plan.experiment, plan_hash=plan.plan_hash, judge=judge, attempts=len(work), judged=len(judged),
-        judges=sorted({f"{o.grader_id}@{o.grader_version}" for o in judged}), refused=refused, record=new_record,
-        report=build_report(registry, plan, summaries=summaries),
+        experiment=plan.experiment, plan_hash=plan.plan_hash, judge=judge, attempts=sum(1 for _ in plan.attempt_refs()),
+        judged=len(judged), judges=sorted({f"{o.grader_id}@{o.grader_version}" for o in judged}),
+        refused=[message for _, refused in batches for message in refused], record=new_record, report=report,
     )

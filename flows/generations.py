@@ -1,0 +1,52 @@
+"""What regrade and rejudge share: batches over retained evidence, then a new record version.
+
+Both append generation n+1 of some verdict over every attempt's retained
+evidence, never running a candidate. Evidence is checked from the manifest
+before anything runs: a missing piece stops the flow after every attempt
+before it in plan order is done. Afterwards the canonical experiment record
+is rewritten with a mutation receipt naming the operation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import Task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from registry import Plan, Registry
+from tasks.regrade import EvidenceMissing, RegradeOutcome, first_missing_evidence, record_mutation
+from tasks.report import build_report, current_summaries, seal_experiment_record
+from tasks.workbench import workbench
+
+BATCH = 25
+
+
+def run_batches(batch_task: Task[..., Any], registry: Registry, plan: Plan, parameters: dict[str, Any],
+                concurrency: int, operation: str) -> list[Any]:
+    """Submit ``batch_task`` over the plan's attempts in batches; return each batch's result in plan order."""
+    work = [ref.attempt_id for ref in plan.attempt_refs()]
+    stop = first_missing_evidence(registry, plan.experiment, work)
+    progress = create_progress_artifact(progress=0.0, description=f"{operation} {plan.experiment}")
+    results = []
+    with workbench(concurrency, prefix=f"tribunal-{operation}-") as bench, \
+            ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
+        futures = [runner.submit(batch_task, {"attempt_ids": work[start : start + BATCH], "experiment": plan.experiment,
+                                              "registry": registry, "bench": bench, **parameters})
+                   for start in range(0, len(work) if stop is None else stop, BATCH)]
+        for done, future in enumerate(futures, start=1):
+            results.append(future.result())
+            update_progress_artifact(progress, progress=100.0 * min(len(work), done * BATCH) / max(1, len(work)))
+    if stop is not None:
+        raise EvidenceMissing(f"candidate evidence missing for {work[stop]}")
+    return results
+
+
+def seal_new_version(registry: Registry, plan: Plan, previous: str, head_before: str | None, profile: str | None,
+                     outcomes: list[RegradeOutcome], operation: str) -> tuple[str, dict[str, Any]]:
+    """Rewrite the experiment record, append the mutation receipt; return the record digest and the report."""
+    summaries = current_summaries(registry, plan)
+    _, new_record = seal_experiment_record(registry, plan, summaries)
+    record_mutation(registry, plan, previous, new_record, profile, outcomes, head_before, operation=operation)
+    return new_record, build_report(registry, plan, summaries=summaries)
