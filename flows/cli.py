@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from pydantic import BaseModel
 from rich.markup import escape
 
 from flows.console import (
@@ -28,8 +30,10 @@ from flows.console import (
     table_text,
 )
 from registry import (
+    Config,
     ManifestCorrupt,
     Pin,
+    Plan,
     Registry,
     TribunalError,
     UsageError,
@@ -82,6 +86,39 @@ def open_registry(option: str | None) -> Registry:
 def print_json(value: object) -> None:
     """Print canonical JSON on stdout (stable for scripts and diffs)."""
     sys.stdout.write(canonical_json(value).decode() + "\n")
+
+
+def regeneration_inputs(plan: Path, registry: str | None, config: Path | None) -> tuple[str, Plan, Path, Config]:
+    """What regrade and rejudge check before Prefect starts: registry, plan (no drift), config, a record to rewrite."""
+    from tasks.regrade import latest_record_digest
+
+    url = resolve_registry_url(registry)
+    frozen = load_plan(plan)
+    config_path = find_config(str(config) if config else None)
+    settings = load_config(config_path)
+    latest_record_digest(Registry.open(url), frozen)
+    return url, frozen, config_path, settings
+
+
+def warn_unconfigured(noun: str, names: set[str], records: str) -> None:
+    """Say up front that unconfigured graders or judges will record fail-closed verdicts that become current."""
+    for name in sorted(names):
+        err.print(f"[yellow]warning:[/] {noun} {name!r} is not configured: its attempts get fail-closed "
+                  f"missing:{name} {records}, which become their current verdicts")
+
+
+def finish(summary: BaseModel, as_json: bool, headline: str, report: dict[str, Any], problems: Sequence[str] = (),
+           label: str = "") -> None:
+    """Print a flow's outcome (its JSON, or a headline and the report), then each problem; exit 1 if any."""
+    if as_json:
+        print_json(summary.model_dump(mode="json"))
+    else:
+        out.print(headline)
+        render_report(report)
+    for message in problems:
+        err.print(f"[red]{label}:[/] {escape(message)}")
+    if problems:
+        raise typer.Exit(1)
 
 
 def parse_pin(text: str) -> Pin:
@@ -170,16 +207,9 @@ def run(
 
     with flow_progress(f"evaluating {frozen.experiment}", frozen, as_json):
         summary = evaluate(plan_path=str(plan), registry_url=url, config_path=str(config_path), concurrency=concurrency)
-    if as_json:
-        print_json(summary.model_dump(mode="json"))
-    else:
-        out.print(f"{summary.attempts} attempts: {summary.ran} ran, {summary.resumed} graded from retained "
-                  f"evidence, {summary.skipped} already sealed; {summary.resolved} resolved")
-        render_report(summary.report)
-    for message in summary.stopped:
-        err.print(f"[red]stopped:[/] {escape(message)}")
-    if summary.stopped:
-        raise typer.Exit(1)
+    finish(summary, as_json, f"{summary.attempts} attempts: {summary.ran} ran, {summary.resumed} graded from "
+           f"retained evidence, {summary.skipped} already sealed; {summary.resolved} resolved", summary.report,
+           summary.stopped, "stopped")
 
 
 @app.command()
@@ -192,27 +222,16 @@ def regrade(
     as_json: JsonOption = False,
 ) -> None:
     """Regrade retained evidence with the profile's current bytes; never runs a candidate."""
-    url = resolve_registry_url(registry)
-    frozen = load_plan(plan)
-    config_path = find_config(str(config) if config else None)
-    settings = load_config(config_path)
+    url, frozen, config_path, settings = regeneration_inputs(plan, registry, config)
     names = {profile} if profile else {case.grader_profile for case in frozen.cases}
-    for name in sorted(names - set(settings.grader_profiles)):
-        err.print(f"[yellow]warning:[/] grader profile {name!r} is not configured: its attempts get fail-closed "
-                  f"missing:{name} generations, which become their current verdicts")
+    warn_unconfigured("grader profile", names - set(settings.grader_profiles), "generations")
     from flows.regrade import regrade as regrade_flow
-    from tasks.regrade import latest_record_digest
 
-    latest_record_digest(Registry.open(url), frozen)
     with flow_progress(f"regrading {frozen.experiment}", frozen, as_json):
         summary = regrade_flow(plan_path=str(plan), registry_url=url, config_path=str(config_path), profile=profile,
                                concurrency=concurrency)
-    if as_json:
-        print_json(summary.model_dump(mode="json"))
-        return
-    out.print(f"regraded {summary.attempts} attempts with {', '.join(summary.graders)}: "
-              f"{summary.changed} new generations, {summary.unchanged} unchanged; record {summary.record}")
-    render_report(summary.report)
+    finish(summary, as_json, f"regraded {summary.attempts} attempts with {', '.join(summary.graders)}: "
+           f"{summary.changed} new generations, {summary.unchanged} unchanged; record {summary.record}", summary.report)
 
 
 @app.command()
@@ -225,33 +244,19 @@ def rejudge(
     as_json: JsonOption = False,
 ) -> None:
     """Judge retained candidate truth again with the current judge policy; never runs a candidate."""
-    url = resolve_registry_url(registry)
-    frozen = load_plan(plan)
-    config_path = find_config(str(config) if config else None)
-    settings = load_config(config_path)
+    url, frozen, config_path, settings = regeneration_inputs(plan, registry, config)
     names = {judge} if judge else {case.judge for case in frozen.cases if case.judge}
     if not names:
         raise UsageError(f"no case of {frozen.experiment} names a judge; pass --judge NAME")
-    for name in sorted(names - set(settings.judges)):
-        err.print(f"[yellow]warning:[/] judge {name!r} is not configured: its attempts get fail-closed "
-                  f"missing:{name} judgements, which become their current verdicts")
+    warn_unconfigured("judge", names - set(settings.judges), "judgements")
     from flows.rejudge import rejudge as rejudge_flow
-    from tasks.regrade import latest_record_digest
 
-    latest_record_digest(Registry.open(url), frozen)
     with flow_progress(f"rejudging {frozen.experiment}", frozen, as_json):
         summary = rejudge_flow(plan_path=str(plan), registry_url=url, config_path=str(config_path), judge=judge,
                                concurrency=concurrency)
-    if as_json:
-        print_json(summary.model_dump(mode="json"))
-    else:
-        out.print(f"rejudged {summary.judged} of {summary.attempts} attempts with {', '.join(summary.judges) or 'no judge'}; "
-                  f"record {summary.record}")
-        render_report(summary.report)
-    for message in summary.refused:
-        err.print(f"[red]refused:[/] {escape(message)}")
-    if summary.refused:
-        raise typer.Exit(1)
+    finish(summary, as_json, f"rejudged {summary.judged} of {summary.attempts} attempts with "
+           f"{', '.join(summary.judges) or 'no judge'}; record {summary.record}", summary.report,
+           summary.refused, "refused")
 
 
 @app.command()
