@@ -76,13 +76,15 @@ def floor(root: Path, attempts: int, concurrency: int) -> float:
 
 def pipeline(root: Path, spec: Path, config: Path, concurrency: int) -> float:
     from flows.evaluate import evaluate
+    from flows.requests import EvaluateRequest
     from registry import Registry, freeze_experiment
 
     registry = str(root / f"registry-c{concurrency}")
     plan = root / f"plan-c{concurrency}.json"
     plan.write_bytes(freeze_experiment(spec, Registry.open(registry))[1])
     started = time.perf_counter()
-    summary = evaluate(plan_path=str(plan), registry_url=registry, config_path=str(config), concurrency=concurrency)
+    summary = evaluate(EvaluateRequest(plan_path=str(plan), registry_url=registry, config_path=str(config),
+                                       concurrency=concurrency))
     elapsed = time.perf_counter() - started
     if summary.resolved != summary.attempts:
         raise SystemExit(f"expected every attempt resolved, got {summary.resolved}/{summary.attempts}")

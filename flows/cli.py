@@ -29,25 +29,23 @@ from flows.console import (
     render_report,
     table_text,
 )
+from flows.requests import EvaluateRequest, RegradeRequest, RejudgeRequest, Runner
 from registry import (
     Config,
-    ManifestCorrupt,
     Pin,
     Plan,
     Registry,
     TribunalError,
     UsageError,
     canonical_json,
-    check_registry,
     find_config,
     freeze_experiment,
-    is_digest,
     load_config,
     load_plan,
     resolve_registry_url,
     tune_allocators,
 )
-from tasks.audit import audit_receipts
+from tasks.audit import audit_registry
 
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -121,14 +119,6 @@ def finish(summary: BaseModel, as_json: bool, headline: str, report: dict[str, A
         raise typer.Exit(1)
 
 
-def parse_pin(text: str) -> Pin:
-    """Parse ``SEQ:HASH`` as printed by doctor (``12:sha256:ab...``)."""
-    seq, _, entry_hash = text.partition(":")
-    if not seq.isdigit() or not is_digest(entry_hash):
-        raise UsageError(f"--pin {text!r}: expected SEQ:sha256:<64 hex>, as doctor prints the head")
-    return Pin(seq=int(seq), entry_hash=entry_hash)
-
-
 @plan_app.command("freeze")
 def plan_freeze(
     spec: Annotated[Path, typer.Argument(help="experiment.toml to freeze.")],
@@ -171,17 +161,12 @@ def doctor(
     as_json: JsonOption = False,
 ) -> None:
     """Verify the manifest chain, objects, segments and grader receipts; exit 1 on any finding."""
-    pins = [parse_pin(text) for text in pin or []]
+    pins = [Pin.parse(text) for text in pin or []]
     if plan is not None:
         load_plan(plan)
     store = open_registry(registry)
     with err.status("checking the registry..."):
-        report = check_registry(store, pins)
-        try:
-            receipts = audit_receipts(store)
-        except ManifestCorrupt:
-            receipts = []  # the chain findings above already say why the manifest cannot be read
-        report = report.model_copy(update={"findings": report.findings + receipts})
+        report = audit_registry(store, pins)
     if as_json:
         print_json({**report.model_dump(mode="json"), "clean": report.clean})
     else:
@@ -196,6 +181,10 @@ def run(
     registry: RegistryOption = None,
     config: ConfigOption = None,
     concurrency: ConcurrencyOption = 2,
+    runner: Annotated[Runner, typer.Option("--runner", help="threads (this process) or dask (prefect-dask).")] = Runner.THREADS,
+    dask_address: Annotated[str | None, typer.Option("--dask-address", help="tcp://host:8786 of a Dask scheduler; "
+                                                     "default: a LocalCluster.")] = None,
+    dask_workers: Annotated[int, typer.Option("--dask-workers", min=1, help="LocalCluster worker processes.")] = 2,
     as_json: JsonOption = False,
 ) -> None:
     """Run the evaluate flow over every attempt of the plan (resumes where it stopped)."""
@@ -203,10 +192,14 @@ def run(
     frozen = load_plan(plan)
     config_path = find_config(str(config) if config else None)
     load_config(config_path)
+    if dask_address is not None and runner is not Runner.DASK:
+        raise UsageError("--dask-address needs --runner dask")
     from flows.evaluate import evaluate
 
+    request = EvaluateRequest(plan_path=str(plan), registry_url=url, config_path=str(config_path),
+                              concurrency=concurrency, runner=runner, dask_address=dask_address, dask_workers=dask_workers)
     with flow_progress(f"evaluating {frozen.experiment}", frozen, as_json):
-        summary = evaluate(plan_path=str(plan), registry_url=url, config_path=str(config_path), concurrency=concurrency)
+        summary = evaluate(request)
     finish(summary, as_json, f"{summary.attempts} attempts: {summary.ran} ran, {summary.resumed} graded from "
            f"retained evidence, {summary.skipped} already sealed; {summary.resolved} resolved", summary.report,
            summary.stopped, "stopped")
@@ -228,8 +221,8 @@ def regrade(
     from flows.regrade import regrade as regrade_flow
 
     with flow_progress(f"regrading {frozen.experiment}", frozen, as_json):
-        summary = regrade_flow(plan_path=str(plan), registry_url=url, config_path=str(config_path), profile=profile,
-                               concurrency=concurrency)
+        summary = regrade_flow(RegradeRequest(plan_path=str(plan), registry_url=url, config_path=str(config_path),
+                                              profile=profile, concurrency=concurrency))
     finish(summary, as_json, f"regraded {summary.attempts} attempts with {', '.join(summary.graders)}: "
            f"{summary.changed} new generations, {summary.unchanged} unchanged; record {summary.record}", summary.report)
 
@@ -252,8 +245,8 @@ def rejudge(
     from flows.rejudge import rejudge as rejudge_flow
 
     with flow_progress(f"rejudging {frozen.experiment}", frozen, as_json):
-        summary = rejudge_flow(plan_path=str(plan), registry_url=url, config_path=str(config_path), judge=judge,
-                               concurrency=concurrency)
+        summary = rejudge_flow(RejudgeRequest(plan_path=str(plan), registry_url=url, config_path=str(config_path),
+                                              judge=judge, concurrency=concurrency))
     finish(summary, as_json, f"rejudged {summary.judged} of {summary.attempts} attempts with "
            f"{', '.join(summary.judges) or 'no judge'}; record {summary.record}", summary.report,
            summary.refused, "refused")

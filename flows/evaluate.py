@@ -10,16 +10,15 @@ slots of the workbench (see ``tasks/workbench.py`` for why).
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
-from prefect.runtime import flow_run
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
+from flows.artifacts import Progress, publish_outcome
+from flows.requests import EvaluateRequest, Runner, parameter
 from registry import (
     NewEntry,
     Plan,
@@ -36,7 +35,7 @@ from tasks.attempts import attempt_states, make_contract
 from tasks.progress import attempt_done
 from tasks.report import build_report, current_summaries, seal_experiment_record
 from tasks.steps import evaluate_attempts
-from tasks.workbench import workbench
+from tasks.workbench import Workbench, workbench
 
 MAX_BATCH = 25
 T = TypeVar("T")
@@ -72,27 +71,38 @@ def plan_inputs(plan: Plan) -> list[str]:
     return pinned + [c.predictions_digest for c in plan.candidates if c.predictions_digest]
 
 
-def artifact_key(prefix: str, experiment: str) -> str:
-    """Prefect artifact keys allow lowercase letters, digits and dashes only."""
-    return f"{prefix}-" + re.sub(r"[^a-z0-9-]+", "-", experiment.lower()).strip("-")
-
-
 def run_name() -> str:
     """Name the run after what it evaluates (the plan's experiment)."""
     try:
-        return f"evaluate-{load_plan(Path(flow_run.parameters['plan_path'])).experiment}"
+        return f"evaluate-{load_plan(Path(parameter('request', EvaluateRequest).plan_path)).experiment}"
     except Exception:  # naming must never fail a run; the flow itself reports a bad plan
         return "evaluate"
 
 
+def task_runner(request: EvaluateRequest, bench: Workbench) -> TaskRunner[Any]:
+    """Threads in this process, or Dask (a given scheduler, else a LocalCluster of worker processes).
+
+    On Dask the workbench travels to each worker process as that process's own
+    (see ``Workbench.__reduce__``): ``concurrency`` programs per worker.
+    """
+    if request.runner is Runner.THREADS:
+        return ThreadPoolTaskRunner(max_workers=bench.preparers)
+    from prefect_dask import DaskTaskRunner
+
+    if request.dask_address:
+        return DaskTaskRunner(address=request.dask_address)
+    return DaskTaskRunner(cluster_kwargs={"n_workers": request.dask_workers, "threads_per_worker": bench.preparers,
+                                          "processes": True, "dashboard_address": None})
+
+
 @flow(name="evaluate", flow_run_name=run_name, log_prints=False)
-def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, concurrency: int = 2) -> EvaluateSummary:
+def evaluate(request: EvaluateRequest) -> EvaluateSummary:
     """Evaluate every attempt of a frozen plan and seal the verdicts."""
     logger = get_run_logger()
     tune_allocators()
-    plan = load_plan(Path(plan_path))
-    config = load_config(find_config(config_path))
-    registry = Registry.open(registry_url)
+    plan = load_plan(Path(request.plan_path))
+    config = load_config(find_config(request.config_path))
+    registry = Registry.open(request.registry_url)
     missing = [d for d in plan_inputs(plan) if not registry.objects.exists(d)]
     if missing:
         raise UsageError(f"{len(missing)} plan inputs (e.g. {missing[0]}) are not in registry {registry.url}; "
@@ -109,34 +119,25 @@ def evaluate(plan_path: str, registry_url: str, config_path: str | None = None, 
     retained = sum(1 for ref in pending if ref.attempt_id in states and states[ref.attempt_id].retained)
     fresh = len(pending) - retained
     logger.info("%d attempts: %d sealed, %d to grade from evidence, %d to run", len(refs), sealed, retained, fresh)
-    progress = create_progress_artifact(progress=100.0 * sealed / max(1, len(refs)), key=artifact_key("evaluate", plan.experiment),
-                                        description=f"evaluate {plan.experiment}: attempts sealed")
+    progress = Progress("evaluate", plan.experiment, len(refs), sealed)
     attempt_done("already sealed", sealed)
     stopped: list[str] = []
-    finished = sealed
-    with workbench(concurrency) as bench, ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
+    with workbench(request.concurrency) as bench, task_runner(request, bench) as runner:
         work = [
             (len(batch), runner.submit(evaluate_attempts, {
                 "contracts": [make_contract(plan, ref) for ref in batch],
                 "states": {ref.attempt_id: states[ref.attempt_id] for ref in batch if ref.attempt_id in states},
                 "plan": plan, "config": config, "registry": registry, "bench": bench,
             }))
-            for batch in batches(pending, bench.preparers)
+            for batch in batches(pending, bench.preparers * (request.dask_workers if request.runner is Runner.DASK else 1))
         ]
         for size, future in work:
             stopped += future.result()
-            finished += size
-            update_progress_artifact(progress, progress=100.0 * finished / max(1, len(refs)))
+            progress.advance(size)
     summaries = current_summaries(registry, plan)
     record, _ = seal_experiment_record(registry, plan, summaries)
     report = build_report(registry, plan, summaries=summaries)
-    create_table_artifact(
-        [{"candidate": name, "attempts": tally["attempts"], "resolved": tally["resolved"],
-          "pass_rate": tally["pass_rate"], "graders": ", ".join(tally["graders"])}
-         for name, tally in report["summary"]["candidates"].items() if tally],
-        key=artifact_key("results", plan.experiment),
-        description=f"{plan.experiment}: pass rate per candidate (report {report['report_digest']})",
-    )
+    publish_outcome("evaluate", report)
     return EvaluateSummary(
         experiment=plan.experiment, plan_hash=plan.plan_hash, attempts=len(refs), skipped=sealed,
         resumed=retained, ran=fresh, stopped=stopped, resolved=record.resolved, report=report,

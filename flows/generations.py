@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import Task
-from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.artifacts import Progress, publish_outcome
 from registry import Plan, Registry
 from tasks.regrade import EvidenceMissing, RegradeOutcome, first_missing_evidence, record_mutation
 from tasks.report import build_report, current_summaries, seal_experiment_record
@@ -28,16 +28,16 @@ def run_batches(batch_task: Task[..., Any], registry: Registry, plan: Plan, para
     """Submit ``batch_task`` over the plan's attempts in batches; return each batch's result in plan order."""
     work = [ref.attempt_id for ref in plan.attempt_refs()]
     stop = first_missing_evidence(registry, plan.experiment, work)
-    progress = create_progress_artifact(progress=0.0, description=f"{operation} {plan.experiment}")
+    progress = Progress(operation, plan.experiment, len(work))
     results = []
     with workbench(concurrency, prefix=f"tribunal-{operation}-") as bench, \
             ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
         futures = [runner.submit(batch_task, {"attempt_ids": work[start : start + BATCH], "experiment": plan.experiment,
                                               "registry": registry, "bench": bench, **parameters})
                    for start in range(0, len(work) if stop is None else stop, BATCH)]
-        for done, future in enumerate(futures, start=1):
+        for future in futures:
             results.append(future.result())
-            update_progress_artifact(progress, progress=100.0 * min(len(work), done * BATCH) / max(1, len(work)))
+            progress.advance(BATCH)
     if stop is not None:
         raise EvidenceMissing(f"candidate evidence missing for {work[stop]}")
     return results
@@ -45,8 +45,10 @@ def run_batches(batch_task: Task[..., Any], registry: Registry, plan: Plan, para
 
 def seal_new_version(registry: Registry, plan: Plan, previous: str, head_before: str | None, profile: str | None,
                      outcomes: list[RegradeOutcome], operation: str) -> tuple[str, dict[str, Any]]:
-    """Rewrite the experiment record, append the mutation receipt; return the record digest and the report."""
+    """Rewrite the experiment record, append the mutation receipt, publish the outcome; return record digest and report."""
     summaries = current_summaries(registry, plan)
     _, new_record = seal_experiment_record(registry, plan, summaries)
     record_mutation(registry, plan, previous, new_record, profile, outcomes, head_before, operation=operation)
-    return new_record, build_report(registry, plan, summaries=summaries)
+    report = build_report(registry, plan, summaries=summaries)
+    publish_outcome(operation, report)
+    return new_record, report

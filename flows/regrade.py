@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow, get_run_logger
-from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict
 
 from flows.generations import run_batches, seal_new_version
+from flows.requests import RegradeRequest, parameter
 from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
 from tasks.progress import attempt_done
@@ -62,10 +62,10 @@ def regrade_batch(attempt_ids: list[str], experiment: str, registry: Registry, c
 def run_name() -> str:
     """``regrade-<experiment>-<grader version>``, as operators see it in the UI."""
     try:
-        params = flow_run.parameters
-        plan = load_plan(Path(params["plan_path"]))
-        config = load_config(find_config(params.get("config_path")))
-        names = {params.get("profile")} if params.get("profile") else {c.grader_profile for c in plan.cases}
+        request = parameter("request", RegradeRequest)
+        plan = load_plan(Path(request.plan_path))
+        config = load_config(find_config(request.config_path))
+        names = {request.profile} if request.profile else {c.grader_profile for c in plan.cases}
         versions = sorted(config.grader_profiles[n].version if n in config.grader_profiles else "unavailable" for n in names)
         return f"regrade-{plan.experiment}-{'+'.join(versions)}"
     except Exception:  # naming must never fail a run; the flow reports bad input itself
@@ -73,14 +73,14 @@ def run_name() -> str:
 
 
 @flow(name="regrade", flow_run_name=run_name)
-def regrade(plan_path: str, registry_url: str, config_path: str | None = None, profile: str | None = None,
-            concurrency: int = 2) -> RegradeSummary:
+def regrade(request: RegradeRequest) -> RegradeSummary:
     """Regrade every attempt of a plan with the current grader bytes; never runs a candidate."""
     logger = get_run_logger()
     tune_allocators()
-    plan = load_plan(Path(plan_path))
-    config = load_config(find_config(config_path))
-    registry = Registry.open(registry_url)
+    plan = load_plan(Path(request.plan_path))
+    config = load_config(find_config(request.config_path))
+    registry = Registry.open(request.registry_url)
+    profile = request.profile
     previous = latest_record_digest(registry, plan)
     head_before = head_label(registry)
     profiles = {profile} if profile else {case.grader_profile for case in plan.cases}
@@ -88,7 +88,8 @@ def regrade(plan_path: str, registry_url: str, config_path: str | None = None, p
     for name in missing:
         logger.warning("grader profile %r is not configured: its attempts get fail-closed missing:%s generations, "
                        "which become their current verdicts", name, name)
-    batches = run_batches(regrade_batch, registry, plan, {"config": config, "profile": profile}, concurrency, "regrade")
+    batches = run_batches(regrade_batch, registry, plan, {"config": config, "profile": profile}, request.concurrency,
+                          "regrade")
     outcomes: list[RegradeOutcome] = [outcome for batch in batches for outcome in batch]
     new_record, report = seal_new_version(registry, plan, previous, head_before, profile, outcomes, "regrade")
     return RegradeSummary(

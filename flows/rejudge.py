@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow
-from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict
 
 from flows.generations import run_batches, seal_new_version
+from flows.requests import RejudgeRequest, parameter
 from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
 from tasks.progress import attempt_done
@@ -61,23 +61,24 @@ def rejudge_batch(attempt_ids: list[str], experiment: str, registry: Registry, c
 def run_name() -> str:
     """``rejudge-<experiment>-<judge>``, as operators see it in the UI."""
     try:
-        params = flow_run.parameters
-        return f"rejudge-{load_plan(Path(params['plan_path'])).experiment}-{params.get('judge') or 'plan-judges'}"
+        request = parameter("request", RejudgeRequest)
+        return f"rejudge-{load_plan(Path(request.plan_path)).experiment}-{request.judge or 'plan-judges'}"
     except Exception:  # naming must never fail a run; the flow reports bad input itself
         return "rejudge"
 
 
 @flow(name="rejudge", flow_run_name=run_name)
-def rejudge(plan_path: str, registry_url: str, config_path: str | None = None, judge: str | None = None,
-            concurrency: int = 2) -> RejudgeSummary:
+def rejudge(request: RejudgeRequest) -> RejudgeSummary:
     """Judge every attempt of a plan again with the current judge policy; never runs a candidate."""
     tune_allocators()
-    plan = load_plan(Path(plan_path))
-    config = load_config(find_config(config_path))
-    registry = Registry.open(registry_url)
+    plan = load_plan(Path(request.plan_path))
+    config = load_config(find_config(request.config_path))
+    registry = Registry.open(request.registry_url)
+    judge = request.judge
     previous = latest_record_digest(registry, plan)
     head_before = head_label(registry)
-    batches = run_batches(rejudge_batch, registry, plan, {"config": config, "judge": judge}, concurrency, "rejudge")
+    batches = run_batches(rejudge_batch, registry, plan, {"config": config, "judge": judge}, request.concurrency,
+                          "rejudge")
     judged = [outcome for outcomes, _ in batches for outcome in outcomes if outcome.changed]
     new_record, report = seal_new_version(registry, plan, previous, head_before, None, judged, "rejudge")
     return RejudgeSummary(

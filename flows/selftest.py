@@ -69,6 +69,7 @@ def no_candidate_rerun(registry_url: str | None = None) -> ControlResult:
     """Run the control end to end through the evaluate and regrade flows."""
     from flows.evaluate import evaluate
     from flows.regrade import regrade
+    from flows.requests import EvaluateRequest, RegradeRequest
 
     with tempfile.TemporaryDirectory(prefix="tribunal-selftest-") as tmp:
         root = Path(tmp)
@@ -78,11 +79,11 @@ def no_candidate_rerun(registry_url: str | None = None) -> ControlResult:
         plan = root / "plan.json"
         plan.write_bytes(freeze_experiment(spec, registry)[1])
         counter = root / "invocations.log"
-        evaluate(plan_path=str(plan), registry_url=url, config_path=str(root / "tribunal.toml"), concurrency=2)
+        evaluate(EvaluateRequest(plan_path=str(plan), registry_url=url, config_path=str(root / "tribunal.toml")))
         before = counter.read_text().count("run")
         results_before = len(registry.entries(role=Role.GRADER_RESULT))
         _write_grader(root, 2)
-        regrade(plan_path=str(plan), registry_url=url, config_path=str(root / "tribunal.toml"))
+        regrade(RegradeRequest(plan_path=str(plan), registry_url=url, config_path=str(root / "tribunal.toml")))
         after = counter.read_text().count("run")
         regraded = registry.entries(role=Role.GRADER_RESULT)[results_before:]
         per_attempt: dict[str, int] = {}

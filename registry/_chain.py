@@ -16,7 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
+from registry._canonical import is_digest
 from registry._entry import entry_hash
+from registry._errors import UsageError
 
 
 class Finding(BaseModel):
@@ -38,6 +40,14 @@ class Pin(BaseModel):
 
     seq: int
     entry_hash: str
+
+    @classmethod
+    def parse(cls, text: str) -> Pin:
+        """Read ``SEQ:HASH`` as doctor prints a head (``12:sha256:ab...``)."""
+        seq, _, entry_hash = text.partition(":")
+        if not seq.isdigit() or not is_digest(entry_hash):
+            raise UsageError(f"pin {text!r}: expected SEQ:sha256:<64 hex>, as doctor prints the head")
+        return cls(seq=int(seq), entry_hash=entry_hash)
 
 
 def _positions(mask: pa.Array) -> list[int]:

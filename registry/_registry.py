@@ -40,6 +40,14 @@ class Registry:
         self.objects = ObjectStore(storage)
         self.manifest = Manifest(storage, writer)
 
+    def __reduce__(self) -> tuple[type[Registry], tuple[Storage]]:
+        """Sent to another process (a Dask worker), a registry reopens the same storage as a new writer.
+
+        The manifest's cache and lock stay behind; the commit protocol keeps
+        writers in many processes on one linear chain.
+        """
+        return Registry, (self.storage,)
+
     @classmethod
     def open(
         cls, url: str, *, storage_options: dict[str, object] | None = None, writer: str | None = None

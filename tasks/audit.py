@@ -12,20 +12,25 @@ generations must run 1, 2, 3... A damaged record is a finding, never an exceptio
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from pydantic import ValidationError
 
 from registry import (
     CandidateResult,
+    DoctorReport,
     Finding,
     GraderReceipt,
     GraderResult,
     Judgement,
+    ManifestCorrupt,
     ManifestEntry,
     ObjectCorrupt,
     ObjectMissing,
+    Pin,
     Registry,
     Role,
+    check_registry,
     digest,
 )
 from tasks.judge_audit import audit_judgements
@@ -127,3 +132,13 @@ def audit_receipts(registry: Registry) -> list[Finding]:
     for entries in by_attempt.values():
         findings += audit_attempt(registry, entries) + audit_judgements(registry, entries)
     return findings
+
+
+def audit_registry(registry: Registry, pins: Iterable[Pin] = ()) -> DoctorReport:
+    """What ``tribunal doctor`` reports: the store's own checks, then every attempt's receipts and judgements."""
+    report = check_registry(registry, pins)
+    try:
+        receipts = audit_receipts(registry)
+    except ManifestCorrupt:
+        receipts = []  # the chain findings already say why the manifest cannot be read
+    return report.model_copy(update={"findings": report.findings + receipts})

@@ -10,6 +10,8 @@ keeps the evaluate flow within 1.5x of a plain loop of the same programs
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -32,6 +34,14 @@ class Workbench:
     templates: dict[str, Path] = field(default_factory=dict)
     templates_lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def __reduce__(self) -> tuple[object, tuple[int]]:
+        """Sent to another process (a Dask worker), a workbench becomes that process's own, with as many slots.
+
+        Slots and templates cannot be shared across processes; each worker
+        process keeps one workbench for its lifetime instead.
+        """
+        return process_workbench, (self.concurrency,)
+
     @property
     def preparers(self) -> int:
         """Threads worth running: each slot gets a second thread preparing the next program's work."""
@@ -44,3 +54,17 @@ def workbench(concurrency: int, prefix: str = "tribunal-") -> Iterator[Workbench
     with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
         slots = max(1, concurrency)
         yield Workbench(Path(scratch), slots, threading.BoundedSemaphore(slots))
+
+
+_process_benches: dict[int, Workbench] = {}
+_process_lock = threading.Lock()
+
+
+def process_workbench(concurrency: int) -> Workbench:
+    """This process's long-lived workbench with ``concurrency`` slots (its scratch is removed at exit)."""
+    with _process_lock:
+        if concurrency not in _process_benches:
+            scratch = tempfile.mkdtemp(prefix="tribunal-worker-")
+            atexit.register(shutil.rmtree, scratch, True)
+            _process_benches[concurrency] = Workbench(Path(scratch), concurrency, threading.BoundedSemaphore(concurrency))
+        return _process_benches[concurrency]

@@ -1,0 +1,80 @@
+"""What each flow is asked to do, as typed pydantic parameters.
+
+A flow takes one of these models instead of loose strings so that the
+Prefect server validates a run's parameters before it starts and the UI
+renders a form with titles, descriptions, bounds and choices (SPEC §9). The
+CLI builds the same models, so a run started from a terminal and one
+started from the UI are the same call.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Runner(str, Enum):
+    """Where batch tasks execute."""
+
+    THREADS = "threads"
+    DASK = "dask"
+
+
+class Target(BaseModel):
+    """The plan and the registry a run works on (paths as the worker sees them)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    plan_path: str = Field(title="Plan", description="plan.json written by `tribunal plan freeze`.")
+    registry_url: str = Field(title="Registry", description="A directory or s3://bucket/prefix.")
+    config_path: str | None = Field(
+        None, title="Config", description="tribunal.toml; empty: $TRIBUNAL_CONFIG, else ./tribunal.toml.",
+    )
+
+
+class Concurrent(Target):
+    concurrency: int = Field(2, ge=1, le=256, title="Concurrency",
+                             description="Candidate and grader programs running at once (per Dask worker on Dask).")
+
+
+class EvaluateRequest(Concurrent):
+    """Run every attempt of a plan: candidate, redaction, grading, judging, sealing."""
+
+    runner: Runner = Field(Runner.THREADS, title="Task runner",
+                           description="threads: this process; dask: a Dask cluster (prefect-dask).")
+    dask_address: str | None = Field(None, title="Dask scheduler",
+                                     description="tcp://host:8786 of a running cluster; empty: a LocalCluster.")
+    dask_workers: int = Field(2, ge=1, le=256, title="LocalCluster workers",
+                              description="Worker processes of the LocalCluster (no Dask scheduler given).")
+
+
+class RegradeRequest(Concurrent):
+    """Grade retained evidence again with a profile's current bytes."""
+
+    profile: str | None = Field(None, title="Grader profile",
+                                description="Grade every attempt with this profile; empty: each case's own.")
+
+
+class RejudgeRequest(Concurrent):
+    """Judge retained candidate truth again with a judge's current policy."""
+
+    judge: str | None = Field(None, title="Judge", description="Judge every attempt with this judge; empty: each case's.")
+
+
+class DoctorRequest(BaseModel):
+    """Audit a registry: manifest chain, objects, segments, receipts and judgements."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    registry_url: str = Field(title="Registry", description="A directory or s3://bucket/prefix.")
+    pins: list[str] = Field(default_factory=list, title="Pinned heads",
+                            description="Heads recorded elsewhere, SEQ:sha256:<hex>, as doctor prints them.")
+
+
+def parameter(name: str, model: type[BaseModel]) -> Any:
+    """Read a flow run's request back as its model, whether the run was started from Python or the API."""
+    from prefect.runtime import flow_run
+
+    return model.model_validate(flow_run.parameters[name])
