@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -27,3 +28,14 @@ def copy_demo(target: Path) -> Path:
     """Copy the demo experiment so a test may change it; return experiment.toml."""
     shutil.copytree(DEMO, target, ignore=shutil.ignore_patterns("__pycache__"))
     return target / "experiment.toml"
+
+
+def install_grader(config: Path, source: str, version: str) -> None:
+    """Install new grader bytes under the demo's profile, pinned in tribunal.toml with a new version."""
+    grader = config.parent / "graders" / "run_tests.py"
+    grader.write_text(source)
+    sha = hashlib.sha256(grader.read_bytes()).hexdigest()
+    text = config.read_text()
+    old_sha = text.split('sha256 = "')[1].split('"')[0]
+    old_version = text.split('version = "')[1].split('"')[0]
+    config.write_text(text.replace(old_sha, sha).replace(f'version = "{old_version}"', f'version = "{version}"'))

@@ -16,7 +16,7 @@ from tasks.attempts import make_contract
 from tasks.candidate import execute_candidate
 from tasks.retain import retain_candidate
 from tasks.workbench import workbench
-from tests.helpers import copy_demo, tribunal
+from tests.helpers import copy_demo, install_grader, tribunal
 
 EXPECTED = {
     ("off-by-one", "agent-fixer"): "resolved", ("slugify", "agent-fixer"): "resolved",
@@ -153,13 +153,27 @@ def test_a_redaction_leak_stops_only_that_attempt(tmp_path: Path, cli_env: dict[
 
 
 @pytest.mark.s3
-def test_demo_end_to_end_on_s3(tmp_path: Path, cli_env: dict[str, str], s3_endpoint: str) -> None:
+def test_whole_demo_on_s3_through_the_cli(tmp_path: Path, cli_env: dict[str, str], s3_endpoint: str) -> None:
+    """freeze, run, regrade, report, compare and doctor against s3:// on a moto server."""
+    from tests.flows.test_regrade_e2e import STRICT_GRADER
     from tests.s3server import new_bucket_url
 
     env = {**cli_env, **{k: v for k, v in os.environ.items() if k.startswith("AWS_")}}
     registry = new_bucket_url()
-    plan, _, summary = freeze_and_run(tmp_path, registry, env)
+    plan, config, summary = freeze_and_run(tmp_path, registry, env)
     assert verdicts(summary["report"]) == EXPECTED
+    install_grader(config, STRICT_GRADER, "2")
+    regraded = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=env)
+    assert regraded.returncode == 0, regraded.stderr
+    assert json.loads(regraded.stdout)["graders"] == ["suite-checker@2"]
+    report = tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=env)
+    current = json.loads(report.stdout)
+    assert report.returncode == 0 and {a["generation"] for a in current["attempts"]} == {2}
+    compared = tribunal("report", "--registry", registry, "--compare", summary["report"]["report_digest"],
+                        current["report_digest"], "--format", "json", env=env)
+    flips = sorted((f["case_id"], f["candidate_id"], f["after"]) for f in json.loads(compared.stdout)["flips"])
+    assert compared.returncode == 0 and flips == [("off-by-one", "agent-leaky", "grader_failure"),
+                                                  ("slugify", "agent-leaky", "grader_failure")]
     doctor = tribunal("doctor", "--plan", str(plan), "--registry", registry, "--json", env=env)
     assert doctor.returncode == 0 and json.loads(doctor.stdout)["clean"]
 

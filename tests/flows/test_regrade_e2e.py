@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from collections import Counter
@@ -10,7 +9,7 @@ from pathlib import Path
 
 from registry import ObservedIdentity, Registry, Role, TerminalEvidence
 from tasks.regrade import envelope_succeeded
-from tests.helpers import copy_demo, tribunal
+from tests.helpers import copy_demo, install_grader, tribunal
 
 STRICT_GRADER = '''"""v2: also refuses patches that add files outside the package."""
 import json, subprocess, sys
@@ -54,22 +53,12 @@ def run_demo(tmp_path: Path, env: dict[str, str]) -> tuple[Path, Path, Path, str
     return plan, config, counter, registry
 
 
-def upgrade_grader(config: Path) -> None:
-    """Install grader v2 under the same profile name: new bytes, new version."""
-    grader = config.parent / "graders" / "run_tests.py"
-    grader.write_text(STRICT_GRADER)
-    sha = hashlib.sha256(grader.read_bytes()).hexdigest()
-    text = config.read_text()
-    old_sha = text.split('sha256 = "')[1].split('"')[0]
-    config.write_text(text.replace(old_sha, sha).replace('version = "1"', 'version = "2"'))
-
-
 def test_regrade_appends_one_generation_per_attempt_and_runs_no_candidate(tmp_path: Path, cli_env: dict[str, str]) -> None:
     """Positive control regrade:no-candidate-rerun: the candidate count must not move."""
     plan, config, counter, registry = run_demo(tmp_path, cli_env)
     invocations = counter.read_text().count("\n")
     results_before = len(Registry.open(registry).entries(role=Role.GRADER_RESULT))
-    upgrade_grader(config)
+    install_grader(config, STRICT_GRADER, "2")
     done = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=cli_env)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
@@ -130,7 +119,7 @@ def test_missing_candidate_evidence_stops_with_earlier_attempts_regraded(tmp_pat
     registry = str(tmp_path / "reg")
     assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
     assert tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env).returncode == 1
-    upgrade_grader(config)
+    install_grader(config, STRICT_GRADER, "2")
     done = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env)
     assert done.returncode == 1
     body = json.loads(plan.read_text())

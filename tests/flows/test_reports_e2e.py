@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from registry import Registry, Role
-from tests.flows.test_regrade_e2e import run_demo, upgrade_grader
-from tests.helpers import tribunal
+from tests.flows.test_regrade_e2e import STRICT_GRADER, run_demo
+from tests.helpers import install_grader, tribunal
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def regraded(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> dict
     tmp_path = tmp_path_factory.mktemp("reports")
     plan, config, _, registry = run_demo(tmp_path, env)
     first = tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=env)
-    upgrade_grader(config)
+    install_grader(config, STRICT_GRADER, "2")
     assert tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), env=env).returncode == 0
     second = tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=env)
     return {"plan": str(plan), "registry": registry, "env": env, "v1": json.loads(first.stdout), "v2": json.loads(second.stdout)}
