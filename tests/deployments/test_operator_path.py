@@ -1,0 +1,157 @@
+"""The operator path: a real Prefect server, the deployments of prefect.yaml, a worker, the UI.
+
+One stack per module (``deployments/server.py``, as ``make server`` starts
+it) on a free loopback port with its own PREFECT_HOME. The nightly
+deployment evaluates the demo; regrades are started through the API and
+through the UI in Debian's chromium (no browser download), and each must
+land a new grader generation in the registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployments.server import operator_stack
+from registry import Registry, Role, freeze_experiment
+from tests.helpers import DEMO, REPO, copy_demo, install_grader
+from tests.s3server import free_port
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SCREENSHOT = REPO / "docs" / "operator-regrade.png"
+RUN_TIMEOUT = 300
+
+
+def api_call(api: str, call: Any) -> Any:
+    """Run ``call(client)`` against this module's server, whatever Prefect API the session uses elsewhere."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    async def go() -> Any:
+        async with get_client() as client:
+            return await call(client)
+
+    with temporary_settings(updates={PREFECT_API_URL: api}):
+        return asyncio.run(go())
+
+
+def run_deployment(api: str, name: str, parameters: dict[str, Any] | None = None) -> Any:
+    """Start a deployment run through the Prefect client and wait for its final state."""
+    from prefect.deployments import run_deployment as start
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: api}):
+        return start(name, parameters=parameters, timeout=RUN_TIMEOUT, poll_interval=1)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Server + work pool + deployments + worker, and the demo evaluated by the nightly deployment."""
+    root = tmp_path_factory.mktemp("operator")
+    spec = copy_demo(root / "exp")
+    registry = str(root / "registry")
+    plan = root / "plan.json"
+    plan.write_bytes(freeze_experiment(spec, Registry.open(registry))[1])
+    config = spec.parent / "tribunal.toml"
+    target = {"TRIBUNAL_PLAN": str(plan), "TRIBUNAL_REGISTRY": registry, "TRIBUNAL_CONFIG": str(config)}
+    with operator_stack(root / "prefect-home", free_port(), target, poll_seconds=1) as url:
+        nightly = run_deployment(f"{url}/api", "evaluate/nightly-evaluation")
+        assert nightly.state.is_completed(), nightly.state
+        yield {"url": url, "api": f"{url}/api", "plan": str(plan), "registry": registry, "config": config}
+
+
+def generations(registry: str) -> list[tuple[int, str]]:
+    """(generation, grader version) of every grader result, in manifest order."""
+    return [(e.generation or 0, e.grader_version or "") for e in Registry.open(registry).entries(role=Role.GRADER_RESULT)]
+
+
+def next_grader(config: Path, registry: str) -> tuple[int, str]:
+    """Install a grader with new bytes and a new version; return the generation and version a regrade must add."""
+    generation = max(g for g, _ in generations(registry)) + 1
+    version = f"ops-{generation}"
+    source = (DEMO / "graders" / "run_tests.py").read_text() + f"\n# {version}\n"
+    install_grader(config, source, version)
+    return generation, version
+
+
+def test_the_nightly_schedule_is_on_the_server(stack: dict[str, Any]) -> None:
+    deployment = api_call(stack["api"], lambda c: c.read_deployment_by_name("evaluate/nightly-evaluation"))
+    [schedule] = deployment.schedules
+    assert (schedule.schedule.cron, schedule.schedule.timezone, schedule.active) == ("0 2 * * *", "UTC", True)
+    assert deployment.parameters["request"]["registry_url"] == stack["registry"]
+    assert generations(stack["registry"]) and {g for g, _ in generations(stack["registry"])} == {1}
+
+
+def test_regrade_started_through_the_api_lands_a_generation(stack: dict[str, Any]) -> None:
+    generation, version = next_grader(stack["config"], stack["registry"])
+    request = {"plan_path": stack["plan"], "registry_url": stack["registry"], "config_path": str(stack["config"]),
+               "profile": "unit-tests", "concurrency": 2}
+    run = run_deployment(stack["api"], "regrade/regrade", {"request": request})
+    assert run.state.is_completed(), run.state
+    assert generations(stack["registry"]).count((generation, version)) == 10
+    assert api_call(stack["api"], lambda c: c.read_flow_run(run.id)).name == f"regrade-demo-{version}"
+    keys = {a.key for a in api_call(stack["api"], lambda c: c.read_artifacts())
+            if a.flow_run_id == run.id}
+    assert {"regrade-demo", "pass-rates-demo", "report-demo"} <= keys
+
+
+def test_a_bad_parameter_is_refused_by_the_server(stack: dict[str, Any]) -> None:
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    with pytest.raises(PrefectHTTPStatusError, match="422|Validation"):
+        run_deployment(stack["api"], "regrade/regrade", {"request": {"plan_path": stack["plan"], "concurrency": 0}})
+
+
+def appear(page: Any, locator: Any) -> Any:
+    """Wait for ``locator`` to show, reloading the page as an operator would; return its first match."""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not locator.first.is_visible():
+        assert time.monotonic() < deadline, f"{locator} did not appear on {page.url}"
+        page.wait_for_timeout(2000)
+        page.reload()
+        page.wait_for_load_state("networkidle")
+    return locator.first
+
+
+def test_regrade_started_from_the_ui_lands_a_generation(stack: dict[str, Any]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "chromium is missing: `make test` installs Debian's chromium and chromium-driver"
+    generation, version = next_grader(stack["config"], stack["registry"])
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.goto(f"{stack['url']}/deployments")
+            page.get_by_role("link", name="regrade", exact=True).first.click()
+            page.wait_for_url("**/deployments/deployment/**")
+            page.get_by_role("button", name="Run", exact=True).click()
+            page.get_by_text("Custom run", exact=True).click()
+            page.wait_for_url("**/run**")
+            fill = {"plan.json written by": stack["plan"], "A directory or s3://bucket/prefix.": stack["registry"],
+                    "tribunal.toml; empty:": str(stack["config"])}
+            for description, value in fill.items():
+                page.get_by_text(description).first.locator("xpath=following::textarea[1]").fill(value)
+            profile = page.get_by_text("Grade every attempt with this profile")
+            profile.locator("xpath=following::button[normalize-space(.)='str'][1]").click()
+            profile.locator("xpath=following::textarea[1]").fill("unit-tests")
+            page.get_by_role("button", name="Submit", exact=True).click()
+            page.wait_for_url("**tab=Runs")
+            appear(page, page.get_by_role("link", name=f"regrade-demo-{version}")).click()
+            page.wait_for_url("**/runs/flow-run/**")
+            appear(page, page.get_by_text("Completed", exact=True))
+            page.get_by_text("Artifacts", exact=True).click()  # written before the run completed: no reload needed
+            page.get_by_text("pass-rates-demo").first.wait_for()
+            SCREENSHOT.parent.mkdir(exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT))
+        finally:
+            browser.close()
+    assert generations(stack["registry"]).count((generation, version)) == 10
