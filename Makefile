@@ -9,7 +9,10 @@ INSPECT_VENV := .venv-inspect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_HOME ?= $(abspath $(VENV))/prefect-home
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean server chromium
+
+PORT ?= 4200
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tribunal needs Python 3.11 or newer")'
@@ -33,8 +36,21 @@ else
 	@echo "model judge: skipped (set JUDGE_ENDPOINT to an OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1, and JUDGE_MODEL, to judge the demo too)"
 endif
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest
+
+# The browser test drives Debian's chromium (never a downloaded browser).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { echo "installing Debian's chromium and chromium-driver for the browser test"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+
+# A local Prefect server with the UI, a process work pool, the deployments of
+# deployments/prefect.yaml (defaults: the demo) and a worker. Ctrl-C stops it.
+server: $(STAMP)
+	@mkdir -p $(DEMO_DIR)
+	@test -f $(DEMO_DIR)/plan.json || $(BIN)/tribunal plan freeze examples/demo/experiment.toml -o $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
+	$(BIN)/python deployments/server.py --home $(DEMO_DIR)/prefect --port $(PORT) --plan $(DEMO_DIR)/plan.json \
+		--registry $(DEMO_DIR)/registry --config examples/demo/tribunal.toml
 
 # Inspect AI, the regrade benchmark's peer, lives in its own venv: it is not a tribunal dependency.
 $(INSPECT_VENV)/.installed:
