@@ -105,10 +105,5 @@ def render_doctor(report: DoctorReport) -> None:
         return
     table = Table("kind", "where", "finding", title=f"{len(report.findings)} findings")
     for finding in report.findings:
-        where = (
-            f"seq {finding.seq}" if finding.seq is not None
-            else f"commit {finding.version}" if finding.version is not None
-            else finding.digest or ""
-        )
-        table.add_row(finding.kind, where, finding.message)
+        table.add_row(finding.kind, finding.where, finding.message)
     out.print(table)

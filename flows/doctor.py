@@ -29,8 +29,8 @@ def doctor_markdown(report: DoctorReport) -> str:
         lines += [f"Head to pin: `{report.head.seq}:{report.head.entry_hash}`", ""]
     if report.clean:
         return "\n".join(lines + ["**clean**: no findings"]) + "\n"
-    lines += [f"**{len(report.findings)} findings**", "", "| kind | seq | finding |", "|---|---|---|"]
-    lines += [f"| {f.kind} | {'' if f.seq is None else f.seq} | {f.message.replace('|', '/')} |" for f in report.findings]
+    lines += [f"**{len(report.findings)} findings**", "", "| kind | where | finding |", "|---|---|---|"]
+    lines += [f"| {f.kind} | {f.where} | {f.message.replace('|', '/')} |" for f in report.findings]
     return "\n".join(lines) + "\n"
 
 

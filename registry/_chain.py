@@ -32,6 +32,13 @@ class Finding(BaseModel):
     digest: str | None = None
     version: int | None = None
 
+    @property
+    def where(self) -> str:
+        """Where to look, as a reader says it: a manifest seq, a commit, or an object digest."""
+        if self.seq is not None:
+            return f"seq {self.seq}"
+        return f"commit {self.version}" if self.version is not None else self.digest or ""
+
 
 class Pin(BaseModel):
     """A (seq, entry_hash) head recorded outside the store."""
