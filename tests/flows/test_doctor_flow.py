@@ -13,12 +13,13 @@ from tests.helpers import copy_demo
 
 def markdown_of(state: Any) -> str:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterType
 
     async def read() -> str:
         async with get_client() as client:
             found = await client.read_artifacts(artifact_filter=ArtifactFilter(
-                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
+                type=ArtifactFilterType(any_=["markdown"])))
             return str(found[0].data)
 
     return asyncio.run(read())
