@@ -119,6 +119,15 @@ def appear(page: Any, locator: Any) -> Any:
     return locator.first
 
 
+def show_tab(page: Any, tab: str, locator: Any) -> None:
+    """Open a tab of the run page until ``locator`` shows there (tabs render late on a busy machine)."""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not locator.first.is_visible():
+        assert time.monotonic() < deadline, f"{locator} did not appear in tab {tab} of {page.url}"
+        page.get_by_text(tab, exact=True).first.click()
+        page.wait_for_timeout(2000)
+
+
 def test_regrade_started_from_the_ui_lands_a_generation(stack: dict[str, Any]) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -148,8 +157,7 @@ def test_regrade_started_from_the_ui_lands_a_generation(stack: dict[str, Any]) -
             appear(page, page.get_by_role("link", name=f"regrade-demo-{version}")).click()
             page.wait_for_url("**/runs/flow-run/**")
             appear(page, page.get_by_text("Completed", exact=True))
-            page.get_by_text("Artifacts", exact=True).click()  # written before the run completed: no reload needed
-            page.get_by_text("pass-rates-demo").first.wait_for()
+            show_tab(page, "Artifacts", page.get_by_text("pass-rates-demo"))
             SCREENSHOT.parent.mkdir(exist_ok=True)
             page.screenshot(path=str(SCREENSHOT))
         finally:
