@@ -4,7 +4,8 @@ The flow only wires tasks. It reads the manifest first to resume: sealed
 attempts are skipped, retained ones are graded from their stored evidence,
 the rest run from the start. Attempts go to tasks in batches (see
 ``tasks/steps.py`` for why) on a thread pool twice as wide as the program
-slots of the workbench (see ``tasks/workbench.py`` for why).
+slots of the workbench (see ``tasks/workbench.py`` for why), or on the
+worker processes of a Dask cluster (``task_runner``).
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ def evaluate(request: EvaluateRequest) -> EvaluateSummary:
         for size, future in work:
             stopped += future.result()
             progress.advance(size)
+            if request.runner is Runner.DASK:  # attempts finished in other processes: count them by batch here
+                attempt_done("evaluated", size)
     summaries = current_summaries(registry, plan)
     record, _ = seal_experiment_record(registry, plan, summaries)
     report = build_report(registry, plan, summaries=summaries)
