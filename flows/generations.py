@@ -15,7 +15,7 @@ from prefect import Task
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.artifacts import Progress, publish_outcome
-from registry import Plan, Registry
+from registry import Plan, Registry, release_free_memory
 from tasks.regrade import EvidenceMissing, RegradeOutcome, first_missing_evidence, record_mutation
 from tasks.report import build_report, current_summaries, seal_experiment_record
 from tasks.workbench import workbench
@@ -38,6 +38,7 @@ def run_batches(batch_task: Task[..., Any], registry: Registry, plan: Plan, para
         for future in futures:
             results.append(future.result())
             progress.advance(BATCH)
+            release_free_memory()
     if stop is not None:
         raise EvidenceMissing(f"candidate evidence missing for {work[stop]}")
     return results

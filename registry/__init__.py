@@ -39,7 +39,7 @@ from registry._judging import (
     policy_hash,
 )
 from registry._manifest import Head
-from registry._memory import tune_allocators
+from registry._memory import release_free_memory, tune_allocators
 from registry._plan import AttemptRef, Plan, PlanCandidate, PlanCase, attempt_id, load_plan, plan_bytes
 from registry._records import (
     AttemptContract,
@@ -60,6 +60,7 @@ from registry._registry import Registry, resolve_registry_url
 
 __all__ = [
     "tune_allocators",
+    "release_free_memory",
     "BlindedCandidate",
     "CandidateTruth",
     "EvidenceReceipt",

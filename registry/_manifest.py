@@ -55,6 +55,8 @@ READ_BATCH = 256
 CATCH_UP = 4
 NONCE_KEY = b"tribunal.nonce"
 WRITER_KEY = b"tribunal.writer"
+MAX_VIEW_CHUNKS = 32
+"""Chunks the cached view may hold before its small ones are merged (see ``Manifest._view``)."""
 
 
 class Head(BaseModel):
@@ -221,13 +223,20 @@ class Manifest:
     def _view(self) -> pa.Table:
         """Return the cached entries without asking the storage for news.
 
-        Chunks are combined into one contiguous table: one-row commits would
-        otherwise leave columns of thousands of chunks, slow to filter.
+        Small commits are merged so columns never hold thousands of chunks
+        (slow to filter), but the large base is copied only when the merged
+        tail has grown as large as it: a long run of one-attempt commits
+        (regrade) then costs a few full copies, not one per read, and memory
+        never holds two copies of the whole manifest for long.
         """
         with self._lock:
-            if len(self._chunks) > 1:
-                self._chunks = [pa.concat_tables(self._chunks).combine_chunks()]
-            return self._chunks[0] if self._chunks else ENTRY_SCHEMA.empty_table()
+            if len(self._chunks) > MAX_VIEW_CHUNKS:
+                base, tail = self._chunks[0], pa.concat_tables(self._chunks[1:]).combine_chunks()
+                self._chunks = ([base, tail] if tail.num_rows < base.num_rows
+                                else [pa.concat_tables([base, tail]).combine_chunks()])
+            if not self._chunks:
+                return ENTRY_SCHEMA.empty_table()
+            return self._chunks[0] if len(self._chunks) == 1 else pa.concat_tables(self._chunks)
 
     def head(self) -> Head | None:
         """Return the current head, or None for an empty manifest."""

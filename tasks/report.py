@@ -26,11 +26,12 @@ from registry import (
     canonical_json,
     digest_json,
     is_digest,
+    release_free_memory,
 )
 from tasks.attempts import attempt_states, summarize
 
 LAYER = "normalized-result.v1"
-SUMMARY_CHUNK = 500
+SUMMARY_CHUNK = 100
 
 
 class ReportNotFound(TribunalError):
@@ -59,6 +60,7 @@ def current_summaries(registry: Registry, plan: Plan, grader_version: str | None
             receipts = state.receipts(grader_version) if state else []
             if state is not None and receipts:
                 found[ref.attempt_id] = summarize(registry, ref, state, receipts[-1])
+        release_free_memory()
     return found
 
 

@@ -114,3 +114,17 @@ def test_find_returns_the_entry_of_a_txn(store_url: str) -> None:
     [written] = registry.append([draft("known", registry)])
     assert Registry.open(store_url).find("known") == written
     assert registry.find("unknown") is None
+
+
+def test_many_small_commits_keep_the_view_in_few_chunks_without_recopying_the_base(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A regrade appends one commit per attempt; the view merges them in the tail, not into the base each time."""
+    registry = Registry.open(str(tmp_path / "r"))
+    registry.append([draft(f"base-{n}", registry) for n in range(200)])
+    base = registry.table()
+    for n in range(3 * manifest_module.MAX_VIEW_CHUNKS):
+        registry.append([draft(f"small-{n}", registry)])
+        view = registry.table()
+        assert view.column("seq").num_chunks <= manifest_module.MAX_VIEW_CHUNKS + 1
+    assert view.column("seq").to_pylist() == list(range(200 + 3 * manifest_module.MAX_VIEW_CHUNKS))
+    assert registry.manifest._chunks[0] is base  # the 200-row base was never copied for the 96-row tail
+    assert registry.find("small-5") is not None and registry.find("small-5").seq == 205  # type: ignore[union-attr]
