@@ -3,6 +3,15 @@
 The public surface is re-exported here; modules starting with ``_`` are internal.
 """
 
+from registry._calibration import (
+    CalibrationItem,
+    CalibrationRecord,
+    CalibrationSet,
+    Gate,
+    Outcome,
+    calibration_record,
+    parse_calibration_set,
+)
 from registry._canonical import canonical_json, digest, digest_json, is_digest
 from registry._chain import Finding, Pin
 from registry._config import CandidateEnv, Config, GraderProfile, JudgeConfig, RedactionConfig, find_config, load_config
@@ -59,6 +68,13 @@ from registry._records import (
 from registry._registry import Registry, resolve_registry_url
 
 __all__ = [
+    "CalibrationItem",
+    "CalibrationRecord",
+    "CalibrationSet",
+    "Gate",
+    "Outcome",
+    "calibration_record",
+    "parse_calibration_set",
     "tune_allocators",
     "release_free_memory",
     "BlindedCandidate",

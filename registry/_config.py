@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from registry._calibration import Gate
 from registry._errors import SpecError
 from registry._models import Hex64, Strict, read_toml, validate_as
 
@@ -32,6 +33,7 @@ class GraderProfile(Strict):
     version: str
     timeout_s: float = Field(default=120, gt=0)
     max_output_bytes: int = Field(default=MIB, gt=0)
+    gate: Gate = Gate()
 
 
 class JudgeConfig(Strict):

@@ -11,8 +11,8 @@ Prefect's start-up, under 300 MB at the end) at no cost in time.
 from __future__ import annotations
 
 import ctypes
-import functools
 import ctypes.util
+import functools
 import sys
 
 import pyarrow as pa

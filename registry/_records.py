@@ -34,6 +34,8 @@ class Role(StrEnum):
     EXPERIMENT_RECORD = "experiment-record"
     MUTATION_RECEIPT = "mutation-receipt"
     REPORT = "report"
+    CALIBRATION_SET = "calibration-set"
+    CALIBRATION_RECORD = "calibration-record"
 
 
 class GraderResult(Strict):

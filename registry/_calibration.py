@@ -1,0 +1,203 @@
+"""Grader calibration: sets, agreement and the release gate (SPEC §8; seed 004). Pure, no I/O.
+
+A calibration set is a finite list of items, each with a label adjudicated
+by people, plus the set's provenance (who adjudicated, how disagreements
+were settled, which release). Agreement A = matches / n is a statistic of
+the set, not a population accuracy claim, and it is computed overall *and
+per stratum*, because a high overall rate can hide a failing subgroup
+(seed 004, Example 6: 99 of 100 easy items agree, the one safety item does
+not: A = 99/101 = 0.9802 overall, 0 in the safety stratum).
+
+Items adjudicated ``abstain`` are never silently dropped: they are counted
+per stratum and, by the gate's declaration, either left out of n
+(``abstentions = "exclude"``) or counted as disagreements (``"disagree"``).
+A grader that fails on an item (crash, timeout, broken output) disagrees
+with every label and is counted separately as well.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from registry._canonical import digest_json
+from registry._errors import SpecError
+from registry._models import Digest, Name, Strict, describe_errors
+
+Label = Literal["pass", "fail", "abstain"]
+
+
+class Provenance(Strict):
+    """Where a set's labels come from (seed 004, Definition 3)."""
+
+    adjudication_source: str = Field(min_length=1)
+    disagreement_policy: str = Field(min_length=1)
+    release_version: str = Field(min_length=1)
+
+
+class CalibrationItem(Strict):
+    """One adjudicated item: a case with a patch, or a retained attempt."""
+
+    item_id: Name
+    case: str | None = None
+    patch: str | None = None
+    attempt: Digest | None = None
+    label: Label
+    stratum: Name
+    adjudicator: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_subject(self) -> CalibrationItem:
+        by_case = self.case is not None or self.patch is not None
+        if (self.attempt is not None) == by_case or (by_case and (self.case is None or self.patch is None)):
+            raise ValueError("give either an attempt id, or a case id and a patch (not both)")
+        return self
+
+
+class CalibrationSet(Strict):
+    """A frozen set: provenance plus items, with unique item ids."""
+
+    schema_version: Literal["tribunal.calibration_set.v1"] = "tribunal.calibration_set.v1"
+    provenance: Provenance
+    items: list[CalibrationItem] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> CalibrationSet:
+        seen: set[str] = set()
+        for item in self.items:
+            if item.item_id in seen:
+                raise ValueError(f"item_id {item.item_id!r} appears twice")
+            seen.add(item.item_id)
+        return self
+
+    @property
+    def set_digest(self) -> str:
+        """The set's content hash (canonical JSON), as a plan hash is a plan's."""
+        return digest_json(self.model_dump(mode="json"))
+
+
+def parse_calibration_set(text: str, source: str) -> CalibrationSet:
+    """Read JSONL: a first line ``{"provenance": {...}}``, then one item per line (blank lines skipped)."""
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append((number, json.loads(line)))
+            except json.JSONDecodeError as error:
+                raise SpecError(f"{source}:{number}: not a JSON object ({error.msg})") from None
+    if not rows or not isinstance(rows[0][1], dict) or set(rows[0][1]) != {"provenance"}:
+        raise SpecError(f'{source}:1: the first line must be {{"provenance": {{"adjudication_source": ..., '
+                        '"disagreement_policy": ..., "release_version": ...}}}}')
+    try:
+        return CalibrationSet(provenance=rows[0][1]["provenance"], items=[row for _, row in rows[1:]])
+    except ValidationError as error:
+        lines = {n: number for n, (number, _) in enumerate(rows[1:])}
+        message = describe_errors(error, source)
+        for n, number in lines.items():
+            message = message.replace(f"{source}: items[{n}]", f"{source}:{number}")
+        raise SpecError(message) from None
+
+
+class Gate(Strict):
+    """A grader's release gate (``[grader_profiles.NAME.gate]``, seed 004 Definition 7)."""
+
+    min_agreement: float = Field(0.9, ge=0, le=1)
+    min_stratum_agreement: float = Field(0.8, ge=0, le=1)
+    min_items: int = Field(50, ge=1)
+    min_stratum_items: int = Field(1, ge=1)
+    abstentions: Literal["exclude", "disagree"] = "exclude"
+
+
+class Outcome(Strict):
+    """What the grader said about one item, beside the adjudicated label."""
+
+    item_id: str
+    stratum: str
+    label: Label
+    passed: bool
+    failure: str | None = None
+
+
+class Tally(Strict):
+    """Counts and agreement of one stratum (or of the whole set)."""
+
+    items: int
+    counted: int
+    matches: int
+    abstentions: int
+    grader_failures: int
+    agreement: float | None
+
+
+def tally(outcomes: list[Outcome], abstentions: Literal["exclude", "disagree"]) -> Tally:
+    """A = matches / counted; abstained items are counted apart and kept out of A unless declared disagreements."""
+    abstained = sum(o.label == "abstain" for o in outcomes)
+    counted = len(outcomes) - (abstained if abstentions == "exclude" else 0)
+    matches = sum(o.label != "abstain" and o.failure is None and o.passed == (o.label == "pass") for o in outcomes)
+    return Tally(items=len(outcomes), counted=counted, matches=matches, abstentions=abstained,
+                 grader_failures=sum(o.failure is not None for o in outcomes),
+                 agreement=matches / counted if counted else None)
+
+
+class GateDecision(Strict):
+    """The gate's verdict and every reason it failed."""
+
+    passed: bool
+    failures: list[str]
+
+
+def evaluate_gate(overall: Tally, strata: dict[str, Tally], gate: Gate) -> GateDecision:
+    """Accept only if the set is large enough and agreement holds overall and in every stratum."""
+    failures = []
+    if overall.counted < gate.min_items:
+        failures.append(f"min_items: {overall.counted} counted items < {gate.min_items}")
+    if overall.agreement is None or overall.agreement < gate.min_agreement:
+        failures.append(f"min_agreement: overall {_rate(overall.agreement)} < {gate.min_agreement}")
+    for name, stratum in sorted(strata.items()):
+        if stratum.counted < gate.min_stratum_items:
+            failures.append(f"min_stratum_items: stratum {name} has {stratum.counted} counted items "
+                            f"< {gate.min_stratum_items}")
+        elif stratum.agreement is None or stratum.agreement < gate.min_stratum_agreement:
+            failures.append(f"min_stratum_agreement: stratum {name} {_rate(stratum.agreement)} "
+                            f"< {gate.min_stratum_agreement}")
+    return GateDecision(passed=not failures, failures=failures)
+
+
+def _rate(value: float | None) -> str:
+    return "undefined (no counted items)" if value is None else f"{value:.4f}"
+
+
+class CalibrationRecord(Strict):
+    """What one calibration established, stored in the registry (role ``calibration-record``)."""
+
+    schema_version: Literal["tribunal.calibration_record.v1"] = "tribunal.calibration_record.v1"
+    subject: Literal["grader", "judge"]
+    profile: str
+    grader_id: str
+    grader_version: str
+    sha256: str
+    set_digest: Digest
+    provenance: Provenance
+    gate: Gate
+    overall: Tally
+    strata: dict[str, Tally]
+    decision: GateDecision
+    outcomes: list[Outcome]
+
+
+def calibration_record(*, subject: Literal["grader", "judge"], profile: str, grader_id: str, grader_version: str,
+                       sha256: str, calibration_set: CalibrationSet, gate: Gate,
+                       outcomes: list[Outcome]) -> CalibrationRecord:
+    """Tally the outcomes overall and per stratum and decide the gate."""
+    by_stratum: dict[str, list[Outcome]] = {}
+    for outcome in outcomes:
+        by_stratum.setdefault(outcome.stratum, []).append(outcome)
+    overall = tally(outcomes, gate.abstentions)
+    strata = {name: tally(items, gate.abstentions) for name, items in sorted(by_stratum.items())}
+    return CalibrationRecord(
+        subject=subject, profile=profile, grader_id=grader_id, grader_version=grader_version, sha256=sha256,
+        set_digest=calibration_set.set_digest, provenance=calibration_set.provenance, gate=gate, overall=overall,
+        strata=strata, decision=evaluate_gate(overall, strata, gate), outcomes=outcomes,
+    )
