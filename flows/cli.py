@@ -13,12 +13,21 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import BaseModel
 from rich.markup import escape
 
+from flows.calibrate_command import calibrate_command
+from flows.cli_options import (
+    ConcurrencyOption,
+    ConfigOption,
+    JsonOption,
+    RegistryOption,
+    open_registry,
+    print_json,
+)
 from flows.console import (
     err,
     flow_progress,
@@ -47,6 +56,9 @@ from registry import (
 )
 from tasks.audit import audit_registry
 
+if TYPE_CHECKING:
+    from tasks.publish import Decision
+
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -60,30 +72,6 @@ app = typer.Typer(
 )
 plan_app = typer.Typer(help="Freeze experiments into plans.", no_args_is_help=True)
 app.add_typer(plan_app, name="plan")
-
-
-RegistryOption = Annotated[
-    str | None,
-    typer.Option("--registry", help="Registry root: a directory or s3://bucket/prefix (default: $TRIBUNAL_REGISTRY)."),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option("--config", help="tribunal.toml (default: $TRIBUNAL_CONFIG, else ./tribunal.toml)."),
-]
-ConcurrencyOption = Annotated[
-    int, typer.Option("--concurrency", min=1, help="Candidate and grader programs run at once."),
-]
-
-
-def open_registry(option: str | None) -> Registry:
-    """Open the registry named by ``--registry`` or ``$TRIBUNAL_REGISTRY``."""
-    return Registry.open(resolve_registry_url(option))
-
-
-def print_json(value: object) -> None:
-    """Print canonical JSON on stdout (stable for scripts and diffs)."""
-    sys.stdout.write(canonical_json(value).decode() + "\n")
 
 
 def regeneration_inputs(plan: Path, registry: str | None, config: Path | None) -> tuple[str, Plan, Path, Config]:
@@ -307,6 +295,8 @@ def report(
     format: Annotated[str, typer.Option("--format", help="table, json, md, html or swebench.")] = "table",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write to a file instead of stdout.")] = None,
     compare: Annotated[tuple[str, str] | None, typer.Option("--compare", help="Two stored report digests: before after.")] = None,
+    publish: Annotated[bool, typer.Option("--publish", help="Audit the report's scope first; publish only on a "
+                                                          "commit decision (exit 1 otherwise).")] = False,
 ) -> None:
     """Report current verdicts and pass rates (stored in the registry), or compare two stored reports."""
     if format not in FORMATS:
@@ -322,7 +312,10 @@ def report(
     if plan is None:
         raise UsageError("report needs --plan (or --compare A B)")
     frozen = load_plan(plan)
-    built = build_report(store, frozen, grader_version)
+    decision = publish_report(store, frozen, grader_version) if publish else None
+    built = decision.report if decision else build_report(store, frozen, grader_version)
+    if built is None:
+        raise typer.Exit(1)
     text = {
         "json": lambda: canonical_json(built).decode() + "\n",
         "md": lambda: to_markdown(built),
@@ -339,6 +332,28 @@ def report(
         sys.stdout.write(text())
     if format != "json":
         err.print(f"stored report {built['report_digest']}")
+    if decision is not None and decision.publication is None:
+        raise typer.Exit(1)
+
+
+def publish_report(store: Registry, plan: Plan, grader_version: str | None) -> Decision:
+    """Audit before commit; say what was decided and why (the report, if built, is printed by the caller)."""
+    from tasks.publish import publish
+
+    with err.status("auditing the report's scope..."):
+        decision = publish(store, plan, grader_version)
+    audit = decision.audit
+    for reason in audit.doctor_findings + audit.gate_failures:
+        err.print(f"[red]{audit.decision}:[/] {escape(reason)}")
+    if decision.publication is None:
+        err.print(f"[red]not published[/]: audit decision {audit.decision} (audit record {decision.audit_digest})")
+    else:
+        err.print(f"published report {audit.scope['report']} (audit record {decision.audit_digest}, "
+                  f"publication {decision.publication})")
+    return decision
+
+
+app.command("calibrate")(calibrate_command)
 
 
 def main(argv: list[str] | None = None) -> None:

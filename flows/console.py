@@ -12,10 +12,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import MofNCompleteColumn, Progress
 from rich.table import Table
 
 from registry import DoctorReport, Plan
+from tasks.report_formats import calibration_banner, candidate_rate, taxonomy_line
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -84,11 +86,15 @@ def render_report(built: dict[str, Any], console: Console | None = None) -> None
         if tally is None:
             rates.add_row(name, "0", "0", "-", "not graded")
             continue
-        rates.add_row(name, str(tally["attempts"]), str(tally["resolved"]), f"{100 * tally['pass_rate']:.0f}%",
+        rates.add_row(name, str(tally["attempts"]), str(tally["resolved"]), candidate_rate(tally),
                       ", ".join(tally["graders"]))
     console.print(rates)
     if built["summary"]["not_graded"]:
         console.print(f"{built['summary']['not_graded']} attempts not graded (by this layer)")
+    console.print(taxonomy_line(built))
+    banner = calibration_banner(built)
+    if banner:
+        console.print(f"[bold red]{escape(banner)}[/]")
     console.print(f"report {built['report_digest']} at manifest head {built['manifest_head']}")
 
 

@@ -63,6 +63,21 @@ class RejudgeRequest(Concurrent):
     judge: str | None = Field(None, title="Judge", description="Judge every attempt with this judge; empty: each case's.")
 
 
+class CalibrateRequest(BaseModel):
+    """Grade an adjudicated calibration set with a profile's current bytes and decide its release gate."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    set_path: str = Field(title="Calibration set", description="JSONL: a provenance line, then one item per line.")
+    profile: str = Field(title="Grader profile", description="The profile whose current bytes are calibrated.")
+    registry_url: str = Field(title="Registry", description="A directory or s3://bucket/prefix.")
+    config_path: str | None = Field(
+        None, title="Config", description="tribunal.toml; empty: $TRIBUNAL_CONFIG, else ./tribunal.toml.",
+    )
+    plan_path: str | None = Field(None, title="Plan", description="The plan whose cases the set's items name.")
+    concurrency: int = Field(2, ge=1, le=256, title="Concurrency", description="Grader programs running at once.")
+
+
 class DoctorRequest(BaseModel):
     """Audit a registry: manifest chain, objects, segments, receipts and judgements."""
 

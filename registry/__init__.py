@@ -4,11 +4,14 @@ The public surface is re-exported here; modules starting with ``_`` are internal
 """
 
 from registry._calibration import (
+    CALIBRATION_EXPERIMENT,
+    AuditRecord,
     CalibrationItem,
     CalibrationRecord,
     CalibrationSet,
     Gate,
     Outcome,
+    Publication,
     calibration_record,
     parse_calibration_set,
 )
@@ -68,6 +71,9 @@ from registry._records import (
 from registry._registry import Registry, resolve_registry_url
 
 __all__ = [
+    "CALIBRATION_EXPERIMENT",
+    "AuditRecord",
+    "Publication",
     "CalibrationItem",
     "CalibrationRecord",
     "CalibrationSet",

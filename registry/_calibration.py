@@ -27,6 +27,8 @@ from registry._errors import SpecError
 from registry._models import Digest, Name, Strict, describe_errors
 
 Label = Literal["pass", "fail", "abstain"]
+CALIBRATION_EXPERIMENT = "calibration"
+"""The manifest's experiment column for calibration entries: they belong to a grader, not to an experiment."""
 
 
 class Provenance(Strict):
@@ -201,3 +203,27 @@ def calibration_record(*, subject: Literal["grader", "judge"], profile: str, gra
         set_digest=calibration_set.set_digest, provenance=calibration_set.provenance, gate=gate, overall=overall,
         strata=strata, decision=evaluate_gate(overall, strata, gate), outcomes=outcomes,
     )
+
+
+class AuditRecord(Strict):
+    """Audit before commit (seed 004): what was checked over a report's scope, and the decision.
+
+    Only ``commit`` lets a report be published; ``reject`` means evidence in
+    scope does not verify, ``hold`` that a release gate is not (yet) passed.
+    """
+
+    schema_version: Literal["tribunal.audit_record.v1"] = "tribunal.audit_record.v1"
+    scope: dict[str, str | int]
+    checks: dict[str, bool]
+    doctor_findings: list[str]
+    gate_failures: list[str]
+    manifest_head: str | None
+    decision: Literal["commit", "hold", "reject"]
+
+
+class Publication(Strict):
+    """A published report: it names the audit record whose ``commit`` decision admitted it."""
+
+    schema_version: Literal["tribunal.publication.v1"] = "tribunal.publication.v1"
+    report_digest: Digest
+    audit_record: Digest

@@ -36,6 +36,8 @@ class Role(StrEnum):
     REPORT = "report"
     CALIBRATION_SET = "calibration-set"
     CALIBRATION_RECORD = "calibration-record"
+    AUDIT_RECORD = "audit-record"
+    PUBLICATION = "publication"
 
 
 class GraderResult(Strict):
@@ -180,6 +182,8 @@ class AttemptSummary(Strict):
     evidence: dict[str, Digest]
     judgements: list[JudgementLine] = []
     """Every judgement generation in manifest order; the last (the chain's tip) is the effective judge verdict."""
+    failure_labels: list[str] = []
+    """Failed gates in taxonomy order (M, E, G, A, T); the first is the primary label. Empty when resolved."""
 
 
 class ExperimentRecord(Strict):

@@ -37,6 +37,7 @@ from tasks.judging import judge_attempt
 from tasks.progress import attempt_done
 from tasks.redaction import RedactionLeak
 from tasks.retain import RetainedAttempt, retain_candidate, txn
+from tasks.taxonomy import failure_labels
 from tasks.verdict import terminal_class
 from tasks.workbench import Workbench
 
@@ -214,4 +215,6 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
         grader_id=receipt.grader_id, grader_version=receipt.grader_version,
         generation=receipt_entry.generation or 1, receipt_digest=receipt_entry.digest,
         evidence={role: entry.digest for role, entry in sorted(state.entries.items())}, judgements=judgements,
+        failure_labels=failure_labels(harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded,
+                                      graders_passed=result.passed, judges_passed=all(j.passed for j in judgements[-1:])),
     )

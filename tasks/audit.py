@@ -122,10 +122,10 @@ def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Find
     return findings
 
 
-def audit_receipts(registry: Registry) -> list[Finding]:
-    """Audit every attempt's grader receipts and judge records."""
+def audit_receipts(registry: Registry, attempt_ids: list[str] | None = None) -> list[Finding]:
+    """Audit every attempt's (or only ``attempt_ids``') grader receipts and judge records."""
     by_attempt: dict[str, list[ManifestEntry]] = {}
-    for entry in registry.entries():
+    for entry in registry.entries(attempt_ids=attempt_ids):
         if entry.attempt_id is not None:
             by_attempt.setdefault(entry.attempt_id, []).append(entry)
     findings: list[Finding] = []
@@ -134,11 +134,12 @@ def audit_receipts(registry: Registry) -> list[Finding]:
     return findings
 
 
-def audit_registry(registry: Registry, pins: Iterable[Pin] = ()) -> DoctorReport:
-    """What ``tribunal doctor`` reports: the store's own checks, then every attempt's receipts and judgements."""
+def audit_registry(registry: Registry, pins: Iterable[Pin] = (), attempt_ids: list[str] | None = None) -> DoctorReport:
+    """What ``tribunal doctor`` reports: the store's own checks, then the receipts and judgements of every
+    attempt (or of the attempts in ``attempt_ids``: a report's scope)."""
     report = check_registry(registry, pins)
     try:
-        receipts = audit_receipts(registry)
+        receipts = audit_receipts(registry, attempt_ids)
     except ManifestCorrupt:
         receipts = []  # the chain findings already say why the manifest cannot be read
     return report.model_copy(update={"findings": report.findings + receipts})

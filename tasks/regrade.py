@@ -91,19 +91,25 @@ def first_missing_evidence(registry: Registry, experiment: str, attempt_ids: lis
     return next((n for n, attempt_id in enumerate(attempt_ids) if attempt_id not in complete), None)
 
 
-def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, config: Config,
-                    profile: str | None, bench: Workbench) -> RegradeOutcome:
-    """Grade one attempt's retained evidence with the current profile bytes; append generation n+1."""
+def retained_evidence(registry: Registry, state: AttemptState, attempt_id: str, profile: str | None) -> RetainedAttempt:
+    """What a grader may see again of a retained attempt; success re-derived from the envelope only."""
     if any(role not in state.entries for role in REQUIRED):
         raise EvidenceMissing(f"candidate evidence missing for {attempt_id}")
     contract = registry.load(state.entries[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
     candidate = registry.load(state.entries[Role.CANDIDATE_RESULT].digest, CandidateResult)
     terminal = registry.load(state.entries[Role.TERMINAL_EVIDENCE].digest, TerminalEvidence)
-    retained = RetainedAttempt(
+    return RetainedAttempt(
         contract=contract.model_copy(update={"grader_profile": profile or contract.grader_profile}),
         result=candidate.model_copy(update={"succeeded": envelope_succeeded(terminal)}),
         patch=registry.get(candidate.patch_digest),
     )
+
+
+def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, config: Config,
+                    profile: str | None, bench: Workbench) -> RegradeOutcome:
+    """Grade one attempt's retained evidence with the current profile bytes; append generation n+1."""
+    retained = retained_evidence(registry, state, attempt_id, profile)
+    contract = retained.contract
     grading = grade(
         attempt_id=attempt_id, profile_name=retained.contract.grader_profile, config=config,
         grader_input=grader_input_for(retained), snapshot=lambda: registry.get(contract.snapshot_digest),

@@ -29,6 +29,8 @@ from registry import (
     release_free_memory,
 )
 from tasks.attempts import attempt_states, summarize
+from tasks.gates import calibration_status
+from tasks.taxonomy import count_primary
 
 LAYER = "normalized-result.v1"
 SUMMARY_CHUNK = 100
@@ -130,6 +132,7 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
             "index": ref.index, "terminal_class": summary.terminal_class, "resolved": summary.resolved,
             "grader_id": summary.grader_id, "grader_version": summary.grader_version,
             "generation": summary.generation, "receipt": summary.receipt_digest,
+            "failure_labels": summary.failure_labels,
             "cohort_key": cohort_key(case.id, case.snapshot_digest, case.prompt_hash, layer),
             **({"judge": summary.judgements[-1].model_dump(mode="json"),
                 "judgements": [line.model_dump(mode="json") for line in summary.judgements]}
@@ -140,14 +143,20 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
         for case_id, attempts_of in _group(attempts, "case_id").items()
     ]
     by_candidate = _rates(attempts, "candidate_id")
+    graders = sorted({f"{a['grader_id']}@{a['grader_version']}" for a in attempts})
+    calibration = calibration_status(registry, graders)
+    for tally in by_candidate.values():
+        tally["calibrated"] = all(calibration[grader]["status"] == "passed" for grader in tally["graders"])
     body = {
         "schema_version": "tribunal.report.v1", "experiment": plan.experiment, "plan_hash": plan.plan_hash,
         "layer": layer, "grader_version": grader_version, "manifest_head": head_label(registry),
-        "graders": sorted({f"{a['grader_id']}@{a['grader_version']}" for a in attempts}),
+        "graders": graders, "calibration": calibration,
+        "release_grade": bool(graders) and all(entry["status"] == "passed" for entry in calibration.values()),
         "attempts": attempts, "cohorts": cohorts,
         "summary": {"candidates": {c.id: by_candidate.get(c.id) for c in plan.candidates},
                     "attempts": len(attempts), "resolved": sum(a["resolved"] for a in attempts),
-                    "not_graded": pending},
+                    "not_graded": pending,
+                    "taxonomy": count_primary([a["failure_labels"] for a in attempts] + [["M"]] * pending)},
     }
     report_digest = _append_derived(registry, plan, Role.REPORT, canonical_json(body), f"report:{digest_json(body)}")
     return {**body, "report_digest": report_digest}

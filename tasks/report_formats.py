@@ -16,14 +16,41 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+UNCALIBRATED = " (uncalibrated)"
+"""The per-number flag of a pass rate whose grader version has no passing calibration record."""
+
+
+def candidate_rate(tally: dict[str, Any]) -> str:
+    """A candidate's pass rate, flagged when a grader version behind it has not passed its release gate."""
+    return _rate(tally["pass_rate"]) + ("" if tally.get("calibrated", True) else UNCALIBRATED)
+
+
+def calibration_banner(report: dict[str, Any]) -> str | None:
+    """Why the report's numbers are not release-grade, or None when every grader version passed its gate."""
+    if report.get("release_grade", True):
+        return None
+    reasons = [f"{grader} {entry['status']}" for grader, entry in report["calibration"].items()
+               if entry["status"] != "passed"] or ["no grader graded these attempts"]
+    return ("NOT RELEASE-GRADE: " + "; ".join(reasons) + ". A failed or missing calibration gate blocks "
+            "interpreting these numbers (`tribunal calibrate`).")
+
+
+def taxonomy_line(report: dict[str, Any]) -> str:
+    """Failed attempts counted by primary taxonomy label (tasks/taxonomy.py)."""
+    counts = report["summary"]["taxonomy"]
+    return ("Failures by primary label: " + ", ".join(f"{label} {count}" for label, count in counts.items())
+            + " (M measurement, E execution, G grading, A audit, T transfer)")
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     """A Markdown report: per-candidate pass rates, cohorts, attempts."""
-    lines = [f"# {report['experiment']} — {report['layer']}", "",
+    banner = calibration_banner(report)
+    lines = [f"# {report['experiment']} — {report['layer']}", "", *([f"> **{banner}**", ""] if banner else []),
              f"Graders: {', '.join(report['graders']) or 'none'}", "",
              "| candidate | attempts | resolved | pass rate | graders |", "|---|---|---|---|---|"]
     for name, tally in report["summary"]["candidates"].items():
         if tally:
-            lines.append(f"| {name} | {tally['attempts']} | {tally['resolved']} | {_rate(tally['pass_rate'])} | "
+            lines.append(f"| {name} | {tally['attempts']} | {tally['resolved']} | {candidate_rate(tally)} | "
                          f"{', '.join(tally['graders'])} |")
     lines += ["", "| case | cohort key | attempts | resolved | pass rate |", "|---|---|---|---|---|"]
     lines += [f"| {c['case_id']} | `{c['cohort_key'][:19]}…` | {c['attempts']} | {c['resolved']} | {_rate(c['pass_rate'])} |"
@@ -31,7 +58,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines += ["", "| case | candidate | # | verdict | grader | generation |", "|---|---|---|---|---|---|"]
     lines += [f"| {a['case_id']} | {a['candidate_id']} | {a['index']} | {a['terminal_class']} | "
               f"{a['grader_id']}@{a['grader_version']} | {a['generation']} |" for a in report["attempts"]]
-    lines += ["", f"Report `{report['report_digest']}` at manifest head `{report['manifest_head']}`."]
+    lines += ["", taxonomy_line(report), "",
+              f"Report `{report['report_digest']}` at manifest head `{report['manifest_head']}`."]
     return "\n".join(lines) + "\n"
 
 
@@ -69,22 +97,24 @@ def to_html(report: dict[str, Any], rates_by_version: dict[str, dict[str, float]
         for a in report["attempts"]
     )
     rates = "".join(
-        f"<tr><td>{html.escape(name)}</td><td>{t['attempts']}</td><td>{t['resolved']}</td><td>{_rate(t['pass_rate'])}</td>"
+        f"<tr><td>{html.escape(name)}</td><td>{t['attempts']}</td><td>{t['resolved']}</td><td>{candidate_rate(t)}</td>"
         f"<td>{html.escape(', '.join(t['graders']))}</td></tr>"
         for name, t in report["summary"]["candidates"].items() if t
     )
+    banner = calibration_banner(report)
+    banner_html = f"<p class='no'><strong>{html.escape(banner)}</strong></p>" if banner else ""
     return (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(report['experiment'])} report</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:4px 8px}.ok{color:#2a7a2a}.no{color:#a33}</style></head><body>"
-        f"<h1>{html.escape(report['experiment'])}</h1><p>Layer {html.escape(report['layer'])}; graders "
+        f"<h1>{html.escape(report['experiment'])}</h1>{banner_html}<p>Layer {html.escape(report['layer'])}; graders "
         f"{html.escape(', '.join(report['graders']))}</p>"
         f"<h2>Pass rate per candidate per grader version</h2>{_chart(rates_by_version)}"
         "<h2>Candidates</h2><table><tr><th>candidate</th><th>attempts</th><th>resolved</th><th>pass rate</th>"
         f"<th>graders</th></tr>{rates}</table>"
         "<h2>Attempts</h2><table><tr><th>case</th><th>candidate</th><th>#</th><th>verdict</th><th>grader</th>"
-        f"<th>generation</th></tr>{rows}</table>"
+        f"<th>generation</th></tr>{rows}</table><p>{html.escape(taxonomy_line(report))}</p>"
         f"<p>Report <code>{report['report_digest']}</code> at manifest head <code>{report['manifest_head']}</code>.</p>"
         "</body></html>\n"
     )

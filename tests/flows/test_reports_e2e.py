@@ -84,12 +84,16 @@ def test_compare_refuses_a_digest_that_is_not_a_report(regraded: dict) -> None: 
 
 def test_markdown_html_and_swebench_formats(regraded: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
     code, md, err = report(regraded, "--plan", regraded["plan"], "--format", "md")
-    assert code == 0 and "| agent-leaky | 2 | 0 | 0.0% | suite-checker@2 |" in md
+    assert code == 0 and "| agent-leaky | 2 | 0 | 0.0% (uncalibrated) | suite-checker@2 |" in md
+    assert "> **NOT RELEASE-GRADE: suite-checker@2 uncalibrated." in md  # no calibration record: every format says so
     assert re.search(r"stored report sha256:[0-9a-f]{64}", err)
     page = tmp_path / "report.html"
     code, out, _ = report(regraded, "--plan", regraded["plan"], "--format", "html", "-o", str(page))
     text = page.read_text()
     assert code == 0 and "<svg" in text and "suite-checker@1" in text and "suite-checker@2" in text
+    assert "NOT RELEASE-GRADE: suite-checker@2 uncalibrated" in text and "0.0% (uncalibrated)" in text
+    code, out, _ = report(regraded, "--plan", regraded["plan"])
+    assert code == 0 and "NOT RELEASE-GRADE" in out and "(uncalibrated)" in out
     assert not re.search(r"""(src|href)\s*=\s*["']?https?:""", text)
     code, out, _ = report(regraded, "--plan", regraded["plan"], "--format", "swebench")
     swe = json.loads(out)
@@ -149,3 +153,14 @@ def test_doctor_fails_after_any_receipt_field_is_flipped(regraded: dict, tmp_pat
     doctor = tribunal("doctor", "--registry", str(copy), "--json", env=regraded["env"])
     findings = json.loads(doctor.stdout)["findings"]
     assert doctor.returncode == 1 and any(f["digest"] == target.digest for f in findings)
+
+
+def test_failures_are_labelled_by_the_earliest_failed_gate(regraded: dict) -> None:  # type: ignore[type-arg]
+    labels = {(a["case_id"], a["candidate_id"]): a["failure_labels"] for a in regraded["v1"]["attempts"]}
+    assert labels[("off-by-one", "agent-fixer")] == []
+    assert labels[("off-by-one", "agent-crasher")] == ["E", "G"]  # the grader said no too: kept as secondary
+    assert labels[("off-by-one", "agent-hasty")] == ["G"]
+    assert regraded["v1"]["summary"]["taxonomy"] == {"M": 0, "E": 3, "G": 2, "A": 0, "T": 0}
+    assert regraded["v2"]["summary"]["taxonomy"] == {"M": 0, "E": 3, "G": 4, "A": 0, "T": 0}
+    code, out, _ = report(regraded, "--plan", regraded["plan"], "--format", "md")
+    assert code == 0 and "Failures by primary label: M 0, E 3, G 4, A 0, T 0" in out

@@ -1,0 +1,98 @@
+"""The ``calibrate`` flow: a grader version earns trust before its numbers do (SPEC §8; seed 004).
+
+Items are graded in batch tasks through the grader boundary
+(``tasks/calibration.py``), ``concurrency`` graders at a time; the outcomes
+are tallied overall and per stratum, the profile's release gate decides,
+and one calibration record is sealed in the registry. The UI gets the
+per-stratum table as an artifact.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow
+from prefect.artifacts import create_table_artifact
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import BaseModel, ConfigDict
+
+from flows.artifacts import artifact_key
+from flows.requests import CalibrateRequest, parameter
+from registry import (
+    CalibrationRecord,
+    Config,
+    Outcome,
+    Registry,
+    UsageError,
+    find_config,
+    load_config,
+    load_plan,
+    parse_calibration_set,
+    tune_allocators,
+)
+from tasks.calibration import Subject, grade_subject, seal_calibration, subjects
+from tasks.steps import step
+from tasks.workbench import Workbench, workbench
+
+BATCH = 25
+
+
+class CalibrationSummary(BaseModel):
+    """What one calibration established, and where it is stored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    record_digest: str
+    record: CalibrationRecord
+
+
+@step("calibrate-items")
+def calibrate_batch(batch: list[Subject], set_digest: str, profile: str, config: Config,
+                    bench: Workbench) -> list[Outcome]:
+    """Grade a batch of items in turn."""
+    return [grade_subject(subject, set_digest, profile, config, bench) for subject in batch]
+
+
+def read_set_text(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}: cannot read the calibration set ({error})") from None
+
+
+def run_name() -> str:
+    """``calibrate-<profile>-<grader version>``, as operators see it in the UI."""
+    try:
+        request = parameter("request", CalibrateRequest)
+        config = load_config(find_config(request.config_path))
+        return f"calibrate-{request.profile}-{config.grader_profiles[request.profile].version}"
+    except Exception:  # naming must never fail a run; the flow reports bad input itself
+        return "calibrate"
+
+
+@flow(name="calibrate", flow_run_name=run_name)
+def calibrate(request: CalibrateRequest) -> CalibrationSummary:
+    """Grade every item of the set with the profile's current bytes; seal the gate decision."""
+    tune_allocators()
+    calibration_set = parse_calibration_set(read_set_text(request.set_path), request.set_path)
+    config = load_config(find_config(request.config_path))
+    registry = Registry.open(request.registry_url)
+    plan = load_plan(Path(request.plan_path)) if request.plan_path else None
+    made = subjects(registry, calibration_set, plan, request.profile)
+    with workbench(request.concurrency, prefix="tribunal-calibrate-") as bench, \
+            ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
+        futures = [runner.submit(calibrate_batch, {"batch": made[start : start + BATCH],
+                                                   "set_digest": calibration_set.set_digest,
+                                                   "profile": request.profile, "config": config, "bench": bench})
+                   for start in range(0, len(made), BATCH)]
+        outcomes = [outcome for future in futures for outcome in future.result()]
+    record, record_digest = seal_calibration(registry, calibration_set, request.profile, config, outcomes)
+    create_table_artifact(
+        [{"stratum": name, "items": t.items, "counted": t.counted, "matches": t.matches, "abstentions": t.abstentions,
+          "grader_failures": t.grader_failures, "agreement": t.agreement}
+         for name, t in [("all", record.overall), *record.strata.items()]],
+        key=artifact_key("calibration", request.profile),
+        description=f"{record.grader_id}@{record.grader_version}: gate {'passed' if record.decision.passed else 'FAILED'}"
+                    f" (record {record_digest})",
+    )
+    return CalibrationSummary(record_digest=record_digest, record=record)

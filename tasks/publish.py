@@ -1,0 +1,58 @@
+"""Audit before commit (SPEC §8; seed 004, "An audit-before-commit record").
+
+``tribunal report --publish`` runs doctor over the report's scope first (the
+whole manifest chain, and the receipts and judgements of the plan's
+attempts), builds the report only if that evidence verifies, stores an audit
+record with the checks, the findings, the manifest head and a decision, and
+only a ``commit`` decision stores a publication naming the report and its
+audit record. Evidence that does not verify rejects; a release gate that is
+missing or failed holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from registry import AuditRecord, NewEntry, Plan, Publication, Registry, Role, canonical_json, digest
+from tasks.audit import audit_registry
+from tasks.report import build_report, head_label
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ``publish`` decided: the audit record (stored), the report (None when rejected before it was built)."""
+
+    audit: AuditRecord
+    audit_digest: str
+    report: dict[str, Any] | None
+    publication: str | None
+
+
+def publish(registry: Registry, plan: Plan, grader_version: str | None = None) -> Decision:
+    """Audit the plan's attempts first; build the report only over verified evidence; publish only on ``commit``."""
+    attempt_ids = [ref.attempt_id for ref in plan.attempt_refs()]
+    doctor = audit_registry(registry, attempt_ids=attempt_ids)
+    findings = [f"{finding.kind} ({finding.where}): {finding.message}" for finding in doctor.findings]
+    report = None if findings else build_report(registry, plan, grader_version)
+    gate_failures = [failure for entry in (report or {}).get("calibration", {}).values() for failure in entry["failures"]]
+    record = AuditRecord(
+        scope={"experiment": plan.experiment, "plan_hash": plan.plan_hash, "attempts": len(attempt_ids),
+               "report": report["report_digest"] if report else "not built: evidence in scope does not verify"},
+        checks={"doctor": doctor.clean, "calibration": report is not None and not gate_failures},
+        doctor_findings=findings, gate_failures=gate_failures, manifest_head=head_label(registry),
+        decision="reject" if findings else "hold" if gate_failures else "commit",
+    )
+    body = canonical_json(record.model_dump(mode="json"))
+    audit_digest = digest(body)
+    drafts = [NewEntry(txn=f"audit:{audit_digest}", role=Role.AUDIT_RECORD.value, experiment_id=plan.experiment,
+                       digest=registry.put(body), size=len(body))]
+    published = None
+    if record.decision == "commit" and report is not None:
+        publication = canonical_json(Publication(report_digest=report["report_digest"],
+                                                 audit_record=audit_digest).model_dump(mode="json"))
+        published = digest(publication)
+        drafts.append(NewEntry(txn=f"publication:{published}", role=Role.PUBLICATION.value,
+                               experiment_id=plan.experiment, digest=registry.put(publication), size=len(publication)))
+    registry.append(drafts)
+    return Decision(record, audit_digest, report, published)

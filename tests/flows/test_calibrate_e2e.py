@@ -1,0 +1,128 @@
+"""`tribunal calibrate` through the CLI on a temp registry: the demo's grader against adjudicated labels."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from registry import CalibrationRecord, Registry, Role
+from tests.flows.test_regrade_e2e import run_demo
+from tests.helpers import tribunal
+
+PROVENANCE = {"adjudication_source": "two maintainers", "disagreement_policy": "discussed to consensus",
+              "release_version": "demo-1"}
+GATE = "\n[grader_profiles.unit-tests.gate]\nmin_agreement = 0.9\nmin_stratum_agreement = 0.8\nmin_items = 8\n"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> dict[str, Any]:
+    """The demo evaluated once: its plan, config (with a gate), registry and report."""
+    import os
+
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    tmp_path = tmp_path_factory.mktemp("calibrate")
+    plan, config, _, registry = run_demo(tmp_path, env)
+    config.write_text(config.read_text() + GATE)
+    report = json.loads(tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=env).stdout)
+    return {"plan": plan, "config": config, "registry": registry, "env": env, "report": report, "dir": tmp_path}
+
+
+def write_set(demo: dict[str, Any], name: str, leaky_label: str) -> Path:
+    """Every demo attempt as an item (label: what maintainers decided), plus case+patch items and an abstention."""
+    items = []
+    for attempt in demo["report"]["attempts"]:
+        leaky = attempt["candidate_id"] == "agent-leaky"
+        label = leaky_label if leaky else ("pass" if attempt["resolved"] else "fail")
+        items.append({"item_id": f"{attempt['case_id']}-{attempt['candidate_id']}", "attempt": attempt["attempt_id"],
+                      "label": label, "stratum": "safety" if leaky else "easy", "adjudicator": "maintainers"})
+    fixer = next(a for a in demo["report"]["attempts"] if a["candidate_id"] == "agent-fixer")
+    store = Registry.open(demo["registry"])
+    patch = store.get(next(e.digest for e in store.entries(attempt_id=fixer["attempt_id"], role=Role.PATCH.value)))
+    items += [
+        {"item_id": "fix-by-hand", "case": fixer["case_id"], "patch": patch.decode(), "label": "pass",
+         "stratum": "easy", "adjudicator": "ann"},
+        {"item_id": "no-change", "case": fixer["case_id"], "patch": "", "label": "fail", "stratum": "easy",
+         "adjudicator": "ann"},
+        {"item_id": "unsure", "case": fixer["case_id"], "patch": "", "label": "abstain", "stratum": "easy",
+         "adjudicator": "bob"},
+    ]
+    path = demo["dir"] / name
+    path.write_text("\n".join(json.dumps(line) for line in [{"provenance": PROVENANCE}, *items]) + "\n")
+    return path
+
+
+def calibrate(demo: dict[str, Any], set_path: Path, *extra: str) -> Any:
+    return tribunal("calibrate", "--profile", "unit-tests", "--set", str(set_path), "--plan", str(demo["plan"]),
+                    "--registry", demo["registry"], "--config", str(demo["config"]), *extra, env=demo["env"])
+
+
+def test_a_failing_safety_stratum_fails_the_gate_and_is_recorded(demo: dict[str, Any]) -> None:
+    done = calibrate(demo, write_set(demo, "strict.jsonl", leaky_label="fail"), "--json")
+    assert done.returncode == 1, done.stderr
+    summary = json.loads(done.stdout)
+    record = CalibrationRecord.model_validate(summary["record"])
+    assert (record.grader_id, record.grader_version, record.profile) == ("suite-checker", "1", "unit-tests")
+    assert (record.overall.items, record.overall.counted, record.overall.abstentions) == (13, 12, 1)
+    assert record.strata["safety"].agreement == 0 and record.strata["easy"].agreement == 1.0
+    assert record.overall.agreement == pytest.approx(10 / 12)
+    assert record.decision.failures == ["min_agreement: overall 0.8333 < 0.9",
+                                        "min_stratum_agreement: stratum safety 0.0000 < 0.8"]
+    assert "gate: min_stratum_agreement: stratum safety" in done.stderr
+    stored = Registry.open(demo["registry"]).entries(role=Role.CALIBRATION_RECORD.value)
+    assert [e.digest for e in stored][-1] == summary["record_digest"] and stored[-1].grader_version == "1"
+
+
+def test_agreeing_labels_pass_the_gate_with_a_table(demo: dict[str, Any]) -> None:
+    done = calibrate(demo, write_set(demo, "agreed.jsonl", leaky_label="pass"))
+    assert done.returncode == 0, done.stderr
+    assert "release gate passed" in done.stdout and "│ all " in done.stdout and "│ safety " in done.stdout
+
+
+def test_bad_input_is_refused_with_a_clear_message(demo: dict[str, Any]) -> None:
+    bad = demo["dir"] / "bad.jsonl"
+    bad.write_text(json.dumps({"provenance": PROVENANCE}) + "\n" + json.dumps(
+        {"item_id": "x", "case": "no-such-case", "patch": "", "label": "pass", "stratum": "s", "adjudicator": "a"}))
+    done = calibrate(demo, bad)
+    assert done.returncode == 2 and "case 'no-such-case' unknown" in done.stderr and "Traceback" not in done.stderr
+    done = tribunal("calibrate", "--profile", "nope", "--set", str(bad), "--registry", demo["registry"], "--config",
+                    str(demo["config"]), env=demo["env"])
+    assert done.returncode == 2 and "grader profile 'nope' is not configured" in done.stderr
+
+
+def test_publish_holds_without_a_passing_gate_commits_with_one_and_rejects_tampering(demo: dict[str, Any],
+                                                                                    raw: Any) -> None:
+    def report(*extra: str) -> Any:
+        return tribunal("report", "--plan", str(demo["plan"]), "--registry", demo["registry"], *extra, env=demo["env"])
+
+    assert calibrate(demo, write_set(demo, "strict-again.jsonl", leaky_label="fail")).returncode == 1
+    markdown = report("--format", "md").stdout
+    assert "NOT RELEASE-GRADE: suite-checker@1 failed" in markdown and "100.0% (uncalibrated)" in markdown
+    held = report("--publish")
+    assert held.returncode == 1 and "not published: audit decision hold" in held.stderr
+    assert "hold: calibration of suite-checker@1: min_stratum_agreement: stratum safety" in held.stderr
+    store = Registry.open(demo["registry"])
+    assert store.entries(role=Role.PUBLICATION.value) == []
+
+    assert calibrate(demo, write_set(demo, "agreed-again.jsonl", leaky_label="pass")).returncode == 0
+    built = json.loads(report("--format", "json").stdout)
+    assert built["release_grade"] and built["calibration"]["suite-checker@1"]["status"] == "passed"
+    published = report("--publish")
+    assert published.returncode == 0 and "published report" in published.stderr, published.stderr
+    [publication] = Registry.open(demo["registry"]).entries(role=Role.PUBLICATION.value)
+    body = json.loads(store.get(publication.digest))
+    audit = json.loads(store.get(body["audit_record"]))
+    assert audit["decision"] == "commit" and audit["checks"] == {"doctor": True, "calibration": True}
+    assert audit["scope"]["attempts"] == 10 and audit["manifest_head"]
+
+    receipt = store.entries(role=Role.GRADER_RECEIPT.value)[-1]
+    flipped = json.loads(store.get(receipt.digest))
+    flipped["grader_version"] = "forged"
+    from registry._objects import object_key
+
+    raw(store).write(object_key(receipt.digest), json.dumps(flipped).encode())
+    rejected = report("--publish")
+    assert rejected.returncode == 1 and "reject: object-corrupt" in rejected.stderr
+    assert len(Registry.open(demo["registry"]).entries(role=Role.PUBLICATION.value)) == 1
