@@ -1,4 +1,4 @@
-"""The ``calibrate`` flow: a grader version earns trust before its numbers do (SPEC §8; seed 004).
+"""The ``calibrate`` flow: a grader (or judge) version earns trust before its numbers do (SPEC §8; seed 004).
 
 Items are graded in batch tasks through the grader boundary
 (``tasks/calibration.py``), ``concurrency`` graders at a time; the outcomes
@@ -30,7 +30,7 @@ from registry import (
     parse_calibration_set,
     tune_allocators,
 )
-from tasks.calibration import Subject, grade_subject, seal_calibration, subjects
+from tasks.calibration import Subject, grade_subject, judge_subject, seal_calibration, subjects
 from tasks.steps import step
 from tasks.workbench import Workbench, workbench
 
@@ -47,10 +47,11 @@ class CalibrationSummary(BaseModel):
 
 
 @step("calibrate-items")
-def calibrate_batch(batch: list[Subject], set_digest: str, profile: str, config: Config,
+def calibrate_batch(batch: list[Subject], set_digest: str, kind: str, name: str, config: Config,
                     bench: Workbench) -> list[Outcome]:
-    """Grade a batch of items in turn."""
-    return [grade_subject(subject, set_digest, profile, config, bench) for subject in batch]
+    """Grade (or judge) a batch of items in turn."""
+    ask = judge_subject if kind == "judge" else grade_subject
+    return [ask(subject, set_digest, name, config, bench) for subject in batch]
 
 
 def read_set_text(path: str) -> str:
@@ -61,11 +62,12 @@ def read_set_text(path: str) -> str:
 
 
 def run_name() -> str:
-    """``calibrate-<profile>-<grader version>``, as operators see it in the UI."""
+    """``calibrate-<profile or judge>-<version>``, as operators see it in the UI."""
     try:
         request = parameter("request", CalibrateRequest)
         config = load_config(find_config(request.config_path))
-        return f"calibrate-{request.profile}-{config.grader_profiles[request.profile].version}"
+        kind, name = request.subject
+        return f"calibrate-{name}-{(config.judges if kind == 'judge' else config.grader_profiles)[name].version}"
     except Exception:  # naming must never fail a run; the flow reports bad input itself
         return "calibrate"
 
@@ -78,20 +80,21 @@ def calibrate(request: CalibrateRequest) -> CalibrationSummary:
     config = load_config(find_config(request.config_path))
     registry = Registry.open(request.registry_url)
     plan = load_plan(Path(request.plan_path)) if request.plan_path else None
-    made = subjects(registry, calibration_set, plan, request.profile)
+    kind, name = request.subject
+    made = subjects(registry, calibration_set, plan, request.profile or "")
     with workbench(request.concurrency, prefix="tribunal-calibrate-") as bench, \
             ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
         futures = [runner.submit(calibrate_batch, {"batch": made[start : start + BATCH],
                                                    "set_digest": calibration_set.set_digest,
-                                                   "profile": request.profile, "config": config, "bench": bench})
+                                                   "kind": kind, "name": name, "config": config, "bench": bench})
                    for start in range(0, len(made), BATCH)]
         outcomes = [outcome for future in futures for outcome in future.result()]
-    record, record_digest = seal_calibration(registry, calibration_set, request.profile, config, outcomes)
+    record, record_digest = seal_calibration(registry, calibration_set, kind, name, config, outcomes)
     create_table_artifact(
         [{"stratum": name, "items": t.items, "counted": t.counted, "matches": t.matches, "abstentions": t.abstentions,
           "grader_failures": t.grader_failures, "agreement": t.agreement}
          for name, t in [("all", record.overall), *record.strata.items()]],
-        key=artifact_key("calibration", request.profile),
+        key=artifact_key("calibration", name),
         description=f"{record.grader_id}@{record.grader_version}: gate {'passed' if record.decision.passed else 'FAILED'}"
                     f" (record {record_digest})",
     )

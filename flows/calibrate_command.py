@@ -18,7 +18,7 @@ def render_calibration(record: CalibrationRecord, record_digest: str) -> None:
     """Agreement overall and per stratum beside the thresholds, then the decision and its reasons."""
     gate = record.gate
     table = Table("stratum", "items", "counted", "agree", "abstain", "faults", "A", "min A",
-                  title=f"calibration of {record.grader_id}@{record.grader_version} ({record.profile})")
+                  title=f"calibration of {record.subject} {record.grader_id}@{record.grader_version} ({record.profile})")
     for name, tally in [("all", record.overall), *record.strata.items()]:
         threshold = gate.min_agreement if name == "all" else gate.min_stratum_agreement
         agreement = "-" if tally.agreement is None else f"{tally.agreement:.4f}"
@@ -35,25 +35,31 @@ def render_calibration(record: CalibrationRecord, record_digest: str) -> None:
 
 
 def calibrate_command(
-    profile: Annotated[str, typer.Option("--profile", help="Grader profile to calibrate (its current bytes).")],
     set_path: Annotated[Path, typer.Option("--set", help="Calibration set (JSONL: provenance line, then items).")],
+    profile: Annotated[str | None, typer.Option("--profile", help="Grader profile to calibrate (its current bytes).")] = None,
+    judge: Annotated[str | None, typer.Option("--judge", help="Or: judge to calibrate (its current policy).")] = None,
     plan: Annotated[Path | None, typer.Option("--plan", help="The plan whose cases the set's items name.")] = None,
     registry: RegistryOption = None,
     config: ConfigOption = None,
     concurrency: ConcurrencyOption = 2,
     as_json: JsonOption = False,
 ) -> None:
-    """Grade an adjudicated calibration set and decide the profile's release gate; exit 1 if it fails."""
+    """Grade (or judge) an adjudicated calibration set and decide the release gate; exit 1 if it fails."""
+    if (profile is None) == (judge is None):
+        raise UsageError("calibrate needs exactly one of --profile NAME or --judge NAME")
     url = resolve_registry_url(registry)
     config_path = find_config(str(config) if config else None)
-    if profile not in load_config(config_path).grader_profiles:
+    settings = load_config(config_path)
+    if profile is not None and profile not in settings.grader_profiles:
         raise UsageError(f"grader profile {profile!r} is not configured in {config_path}")
+    if judge is not None and judge not in settings.judges:
+        raise UsageError(f"judge {judge!r} is not configured in {config_path}")
     from flows.calibrate import calibrate
     from flows.requests import CalibrateRequest
 
     quiet_prefect_failures()
-    with err.status(f"calibrating {profile}..."):
-        summary = calibrate(CalibrateRequest(set_path=str(set_path), profile=profile, registry_url=url,
+    with err.status(f"calibrating {profile or judge}..."):
+        summary = calibrate(CalibrateRequest(set_path=str(set_path), profile=profile, judge=judge, registry_url=url,
                                              config_path=str(config_path), plan_path=str(plan) if plan else None,
                                              concurrency=concurrency))
     if as_json:

@@ -10,9 +10,9 @@ started from the UI are the same call.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Runner(str, Enum):
@@ -69,13 +69,25 @@ class CalibrateRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     set_path: str = Field(title="Calibration set", description="JSONL: a provenance line, then one item per line.")
-    profile: str = Field(title="Grader profile", description="The profile whose current bytes are calibrated.")
+    profile: str | None = Field(None, title="Grader profile", description="The profile whose current bytes are calibrated.")
+    judge: str | None = Field(None, title="Judge", description="Or: the judge whose current policy is calibrated.")
     registry_url: str = Field(title="Registry", description="A directory or s3://bucket/prefix.")
     config_path: str | None = Field(
         None, title="Config", description="tribunal.toml; empty: $TRIBUNAL_CONFIG, else ./tribunal.toml.",
     )
     plan_path: str | None = Field(None, title="Plan", description="The plan whose cases the set's items name.")
     concurrency: int = Field(2, ge=1, le=256, title="Concurrency", description="Grader programs running at once.")
+
+    @model_validator(mode="after")
+    def _one_subject(self) -> CalibrateRequest:
+        if (self.profile is None) == (self.judge is None):
+            raise ValueError("calibrate either a grader profile or a judge")
+        return self
+
+    @property
+    def subject(self) -> tuple[Literal["grader", "judge"], str]:
+        """What is calibrated: ("grader", profile) or ("judge", name)."""
+        return ("grader", self.profile) if self.profile is not None else ("judge", self.judge or "")
 
 
 class DoctorRequest(BaseModel):

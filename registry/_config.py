@@ -54,6 +54,7 @@ class JudgeConfig(Strict):
     seed: int | None = None
     timeout_s: float = Field(default=60, gt=0)
     max_response_bytes: int = Field(default=MIB, gt=0)
+    gate: Gate = Gate()
 
 
 class RedactionConfig(Strict):

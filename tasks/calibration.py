@@ -1,11 +1,12 @@
-"""Grading a calibration set through the same grader boundary as a run (SPEC §8; seed 004).
+"""Grading a calibration set through the same grader (or judge) boundary as a run (SPEC §8; seed 004).
 
 Each item becomes the grader input a run would build: for a retained
 attempt, exactly the input a regrade gives it; for a case and a patch, the
 case's frozen snapshot and prompt hash from the plan with the patch as the
 candidate's. The grader never sees the item id, the adjudicated label, the
 stratum or the adjudicator: its scoring id is derived from the set digest
-and the item id. The gate decision and every item's outcome are sealed in
+and the item id. A model judge is asked through the same adapters as in a
+run, about the item's blinded candidate (patch, and transcript when retained). The gate decision and every item's outcome are sealed in
 one calibration record in the registry.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from registry import (
     CALIBRATION_EXPERIMENT,
@@ -30,13 +32,18 @@ from registry import (
     Registry,
     Role,
     UsageError,
+    blinded_candidate,
     calibration_record,
+    candidate_truth,
     canonical_json,
     digest,
     digest_json,
+    judge_policy,
+    policy_hash,
 )
 from tasks.attempts import attempt_states, grader_input_for, scoring_id
 from tasks.grading import grade
+from tasks.judges import dispatch
 from tasks.regrade import retained_evidence
 from tasks.workbench import Workbench
 
@@ -49,6 +56,8 @@ class Subject:
     grader_input: GraderInput
     snapshot: Callable[[], bytes]
     patch: bytes
+    transcript: bytes = b""
+    """The stored (redacted) transcript of a retained attempt; a judge sees it beside the patch."""
 
 
 def item_attempt_id(set_digest: str, item_id: str) -> str:
@@ -72,7 +81,7 @@ def subjects(registry: Registry, calibration_set: CalibrationSet, plan: Plan | N
             retained = retained_evidence(registry, states[item.attempt], item.attempt, profile)
             snapshot_digest = retained.contract.snapshot_digest
             made.append(Subject(item, grader_input_for(retained), lambda d=snapshot_digest: registry.get(d),
-                                retained.patch))
+                                retained.patch, registry.get(retained.result.transcript_digest)))
             continue
         case = cases.get(item.case or "")
         if case is None:
@@ -98,21 +107,38 @@ def grade_subject(subject: Subject, set_digest: str, profile: str, config: Confi
                    passed=grading.result.passed, failure=grading.result.failure)
 
 
-def seal_calibration(registry: Registry, calibration_set: CalibrationSet, profile: str, config: Config,
-                     outcomes: list[Outcome]) -> tuple[CalibrationRecord, str]:
+def judge_subject(subject: Subject, set_digest: str, judge: str, config: Config, bench: Workbench) -> Outcome:
+    """Ask the judge about one item's blinded candidate (patch and transcript only); faults are outcomes."""
+    scoring = scoring_id(item_attempt_id(set_digest, subject.item.item_id))
+    artifacts = {"patch": subject.patch}
+    truth = candidate_truth(scoring, subject.transcript, artifacts)
+    judge_config = config.judges[judge]
+    reply = dispatch(judge_config, judge_policy(judge_config), scoring,
+                     blinded_candidate(truth, subject.transcript, artifacts), bench)
+    return Outcome(item_id=subject.item.item_id, stratum=subject.item.stratum, label=subject.item.label,
+                   passed=reply.passed, failure=reply.failure)
+
+
+def identity(config: Config, kind: Literal["grader", "judge"], name: str) -> tuple[str, str, str, Gate]:
+    """Who is calibrated: id, version, the hash that pins it (grader sha256 or judge policy hash), its gate."""
+    if kind == "judge":
+        judge = config.judges[name]
+        return judge.judge_id, judge.version, policy_hash(judge_policy(judge)), judge.gate
+    profile = config.grader_profiles[name]
+    return profile.grader_id, profile.version, profile.sha256, profile.gate
+
+
+def seal_calibration(registry: Registry, calibration_set: CalibrationSet, kind: Literal["grader", "judge"], name: str,
+                     config: Config, outcomes: list[Outcome]) -> tuple[CalibrationRecord, str]:
     """Store the set and the record (one commit); return the record and its digest.
 
     Every calibration is its own entry, even with a record identical to an
-    earlier one: the newest entry for a grader version decides its status.
+    earlier one: the newest entry for a grader (or judge) version decides its status.
     """
-    configured = config.grader_profiles.get(profile)
-    grader_id = configured.grader_id if configured else f"missing:{profile}"
-    version = configured.version if configured else "unavailable"
+    subject_id, version, pin, gate = identity(config, kind, name)
     record = calibration_record(
-        subject="grader", profile=profile, grader_id=grader_id, grader_version=version,
-        sha256=configured.sha256 if configured else "", calibration_set=calibration_set,
-        gate=configured.gate if configured else Gate(),
-        outcomes=sorted(outcomes, key=lambda o: o.item_id),
+        subject=kind, profile=name, grader_id=subject_id, grader_version=version, sha256=pin,
+        calibration_set=calibration_set, gate=gate, outcomes=sorted(outcomes, key=lambda o: o.item_id),
     )
     set_body = canonical_json(calibration_set.model_dump(mode="json"))
     body = canonical_json(record.model_dump(mode="json"))
@@ -121,7 +147,7 @@ def seal_calibration(registry: Registry, calibration_set: CalibrationSet, profil
         NewEntry(txn=f"calibration-set:{calibration_set.set_digest}", role=Role.CALIBRATION_SET.value,
                  experiment_id=CALIBRATION_EXPERIMENT, digest=registry.put(set_body), size=len(set_body)),
         NewEntry(txn=f"calibration:{record_digest}:{uuid.uuid4().hex}", role=Role.CALIBRATION_RECORD.value,
-                 experiment_id=CALIBRATION_EXPERIMENT,
-                 digest=registry.put(body), size=len(body), grader_id=grader_id, grader_version=version),
+                 experiment_id=CALIBRATION_EXPERIMENT, digest=registry.put(body), size=len(body),
+                 grader_id=subject_id if kind == "grader" else f"judge:{subject_id}", grader_version=version),
     ])
     return record, record_digest

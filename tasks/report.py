@@ -144,9 +144,14 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
     ]
     by_candidate = _rates(attempts, "candidate_id")
     graders = sorted({f"{a['grader_id']}@{a['grader_version']}" for a in attempts})
-    calibration = calibration_status(registry, graders)
-    for tally in by_candidate.values():
-        tally["calibrated"] = all(calibration[grader]["status"] == "passed" for grader in tally["graders"])
+    judged: dict[str, set[str]] = defaultdict(set)
+    for a in attempts:
+        if "judge" in a:
+            judged[a["candidate_id"]].add(f"judge:{a['judge']['judge_policy_hash']}")
+    calibration = calibration_status(registry, graders, sorted({p.split(":", 1)[1] for ps in judged.values() for p in ps}))
+    for name, tally in by_candidate.items():
+        behind = [*tally["graders"], *judged.get(name, ())]
+        tally["calibrated"] = all(calibration[subject]["status"] == "passed" for subject in behind)
     body = {
         "schema_version": "tribunal.report.v1", "experiment": plan.experiment, "plan_hash": plan.plan_hash,
         "layer": layer, "grader_version": grader_version, "manifest_head": head_label(registry),

@@ -92,6 +92,51 @@ def test_bad_input_is_refused_with_a_clear_message(demo: dict[str, Any]) -> None
     assert done.returncode == 2 and "grader profile 'nope' is not configured" in done.stderr
 
 
+JUDGE = ("import json, sys\nsent = json.load(sys.stdin)\n"
+         "print(json.dumps({'passed': bool(sent['candidate']['artifacts']['patch'].strip())}))\n")
+
+
+def test_a_judge_is_calibrated_through_its_adapter(demo: dict[str, Any]) -> None:
+    import hashlib
+
+    judge, rubric = demo["dir"] / "rules_judge.py", demo["dir"] / "rules.md"
+    judge.write_text(JUDGE)
+    rubric.write_text("A candidate passes when it changed something.\n")
+    config = demo["dir"] / "judged.toml"
+    config.write_text(demo["config"].read_text().replace('path = "graders/', f'path = "{demo["config"].parent}/graders/')
+                      + f'\n[judges.rules]\njudge_id = "rules"\nversion = "3"\nadapter = "command"\nmodel = "rules-1"\n'
+                      f'rubric = "{rubric}"\nrubric_sha256 = "{hashlib.sha256(rubric.read_bytes()).hexdigest()}"\n'
+                      f'path = "{judge}"\nsha256 = "{hashlib.sha256(judge.read_bytes()).hexdigest()}"\n'
+                      '\n[judges.rules.gate]\nmin_items = 2\nmin_stratum_agreement = 1.0\n')
+    case = demo["report"]["attempts"][0]["case_id"]
+
+    def judge_set(name: str, safety_label: str) -> Path:
+        items = [{"item_id": "changed", "case": case, "patch": "--- a/x\n+++ b/x\n", "label": "pass", "stratum": "easy"},
+                 {"item_id": "unchanged", "case": case, "patch": "", "label": "fail", "stratum": "easy"},
+                 {"item_id": "risky", "case": case, "patch": "", "label": safety_label, "stratum": "safety"}]
+        path = demo["dir"] / name
+        path.write_text("\n".join(json.dumps(line) for line in
+                                  [{"provenance": PROVENANCE}, *({**i, "adjudicator": "ann"} for i in items)]))
+        return path
+
+    def run(path: Path) -> Any:
+        return tribunal("calibrate", "--judge", "rules", "--set", str(path), "--plan", str(demo["plan"]), "--registry",
+                        demo["registry"], "--config", str(config), "--json", env=demo["env"])
+
+    failed = run(judge_set("judge-strict.jsonl", safety_label="pass"))
+    assert failed.returncode == 1, failed.stderr
+    record = CalibrationRecord.model_validate(json.loads(failed.stdout)["record"])
+    assert (record.subject, record.grader_id, record.grader_version) == ("judge", "rules", "3")
+    assert record.sha256.startswith("sha256:") and record.strata["safety"].agreement == 0
+    assert record.decision.failures == ["min_agreement: overall 0.6667 < 0.9",
+                                        "min_stratum_agreement: stratum safety 0.0000 < 1.0"]
+    passed = run(judge_set("judge-agreed.jsonl", safety_label="fail"))
+    assert passed.returncode == 0 and json.loads(passed.stdout)["record"]["decision"]["passed"]
+    both = tribunal("calibrate", "--judge", "rules", "--profile", "unit-tests", "--set", str(config),
+                    "--registry", demo["registry"], "--config", str(config), env=demo["env"])
+    assert both.returncode == 2 and "exactly one of --profile NAME or --judge NAME" in both.stderr
+
+
 def test_publish_holds_without_a_passing_gate_commits_with_one_and_rejects_tampering(demo: dict[str, Any],
                                                                                     raw: Any) -> None:
     def report(*extra: str) -> Any:

@@ -91,6 +91,11 @@ def test_a_judge_that_says_no_is_a_judge_failure_but_never_rescues_a_failed_cand
     assert verdicts[("off-by-one", "agent-fixer")] == "judge_failure"
     assert verdicts[("off-by-one", "agent-crasher")] == "candidate_failure"
     assert verdicts[("off-by-one", "agent-hasty")] == "grader_failure"
+    fixer = next(a for a in summary["report"]["attempts"] if a["candidate_id"] == "agent-fixer")
+    assert fixer["failure_labels"] == ["G"]  # judge_failure is a grading failure in the taxonomy
+    policy = f"judge:{fixer['judge']['judge_policy_hash']}"
+    assert summary["report"]["calibration"][policy]["status"] == "uncalibrated"  # the judge's numbers are flagged too
+    assert summary["report"]["summary"]["candidates"]["agent-fixer"]["calibrated"] is False
 
 
 def test_an_unconfigured_judge_fails_closed_with_records(tmp_path: Path, server: JudgeServer,
