@@ -120,12 +120,20 @@ def appear(page: Any, locator: Any) -> Any:
 
 
 def show_tab(page: Any, tab: str, locator: Any) -> None:
-    """Open a tab of the run page until ``locator`` shows there (tabs render late on a busy machine)."""
+    """Open a tab of the run page until ``locator`` shows there.
+
+    The page keeps what it fetched while the run was still going; reloading
+    before each try shows what the run wrote when it finished.
+    """
     deadline = time.monotonic() + RUN_TIMEOUT
-    while not locator.first.is_visible():
-        assert time.monotonic() < deadline, f"{locator} did not appear in tab {tab} of {page.url}"
+    while True:
+        page.reload()
+        page.wait_for_load_state("networkidle")
         page.get_by_text(tab, exact=True).first.click()
         page.wait_for_timeout(2000)
+        if locator.first.is_visible():
+            return
+        assert time.monotonic() < deadline, f"{locator} did not appear in tab {tab} of {page.url}"
 
 
 def test_regrade_started_from_the_ui_lands_a_generation(stack: dict[str, Any]) -> None:
