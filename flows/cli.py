@@ -345,6 +345,9 @@ def publish_report(store: Registry, plan: Plan, grader_version: str | None) -> D
     audit = decision.audit
     for reason in audit.doctor_findings + audit.gate_failures:
         err.print(f"[red]{audit.decision}:[/] {escape(reason)}")
+    if audit.failure_labels:
+        err.print(f"[red]{audit.decision}:[/] {len(audit.failure_labels)} attempt(s) in scope labelled A (audit): "
+                  + ", ".join(audit.failure_labels))
     if decision.publication is None:
         err.print(f"[red]not published[/]: audit decision {audit.decision} (audit record {decision.audit_digest})")
     else:

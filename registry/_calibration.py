@@ -219,6 +219,8 @@ class AuditRecord(Strict):
     gate_failures: list[str]
     manifest_head: str | None
     decision: Literal["commit", "hold", "reject"]
+    failure_labels: dict[str, list[str]] = {}
+    """Attempts in scope whose evidence does not verify, labelled A (audit) in the failure taxonomy."""
 
 
 class Publication(Strict):

@@ -14,9 +14,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from registry import AuditRecord, NewEntry, Plan, Publication, Registry, Role, canonical_json, digest
+from registry import (
+    AuditRecord,
+    Finding,
+    ManifestCorrupt,
+    NewEntry,
+    Plan,
+    Publication,
+    Registry,
+    Role,
+    canonical_json,
+    digest,
+)
 from tasks.audit import audit_registry
 from tasks.report import build_report, head_label
+from tasks.taxonomy import failure_labels
+
+
+def audit_labels(registry: Registry, attempt_ids: list[str], findings: list[Finding]) -> dict[str, list[str]]:
+    """The attempts a finding points at (by entry seq or object digest), each labelled A.
+
+    Their verdicts cannot be trusted, so no earlier gate is read from them.
+    """
+    try:
+        entries = registry.entries(attempt_ids=attempt_ids)
+    except ManifestCorrupt:
+        return {}  # the chain itself is broken: the findings say so, no attempt can be singled out
+    by_seq = {entry.seq: entry.attempt_id for entry in entries}
+    by_digest = {entry.digest: entry.attempt_id for entry in entries}
+    pointed = {by_seq.get(f.seq) if f.seq is not None else by_digest.get(f.digest or "") for f in findings}
+    return {attempt: failure_labels(audit_clean=False) for attempt in sorted(a for a in pointed if a)}
 
 
 @dataclass(frozen=True)
@@ -41,6 +68,7 @@ def publish(registry: Registry, plan: Plan, grader_version: str | None = None) -
                "report": report["report_digest"] if report else "not built: evidence in scope does not verify"},
         checks={"doctor": doctor.clean, "calibration": report is not None and not gate_failures},
         doctor_findings=findings, gate_failures=gate_failures, manifest_head=head_label(registry),
+        failure_labels=audit_labels(registry, attempt_ids, doctor.findings),
         decision="reject" if findings else "hold" if gate_failures else "commit",
     )
     body = canonical_json(record.model_dump(mode="json"))

@@ -170,4 +170,7 @@ def test_publish_holds_without_a_passing_gate_commits_with_one_and_rejects_tampe
     raw(store).write(object_key(receipt.digest), json.dumps(flipped).encode())
     rejected = report("--publish")
     assert rejected.returncode == 1 and "reject: object-corrupt" in rejected.stderr
+    assert f"labelled A (audit): {receipt.attempt_id}" in rejected.stderr
+    audit = json.loads(store.get(Registry.open(demo["registry"]).entries(role=Role.AUDIT_RECORD.value)[-1].digest))
+    assert audit["decision"] == "reject" and audit["failure_labels"] == {receipt.attempt_id: ["A"]}
     assert len(Registry.open(demo["registry"]).entries(role=Role.PUBLICATION.value)) == 1
