@@ -17,7 +17,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
 from flows.artifacts import artifact_key
-from flows.requests import CalibrateRequest, parameter
+from flows.requests import CalibrateRequest, run_namer
 from registry import (
     CalibrationRecord,
     Config,
@@ -61,18 +61,14 @@ def read_set_text(path: str) -> str:
         raise UsageError(f"{path}: cannot read the calibration set ({error})") from None
 
 
-def run_name() -> str:
-    """``calibrate-<profile or judge>-<version>``, as operators see it in the UI."""
-    try:
-        request = parameter("request", CalibrateRequest)
-        config = load_config(find_config(request.config_path))
-        kind, name = request.subject
-        return f"calibrate-{name}-{(config.judges if kind == 'judge' else config.grader_profiles)[name].version}"
-    except Exception:  # naming must never fail a run; the flow reports bad input itself
-        return "calibrate"
+def describe(request: CalibrateRequest) -> str:
+    """``<profile or judge>-<version>``, as operators see it in the UI."""
+    config = load_config(find_config(request.config_path))
+    kind, name = request.subject
+    return f"{name}-{(config.judges if kind == 'judge' else config.grader_profiles)[name].version}"
 
 
-@flow(name="calibrate", flow_run_name=run_name)
+@flow(name="calibrate", flow_run_name=run_namer("calibrate", CalibrateRequest, describe))
 def calibrate(request: CalibrateRequest) -> CalibrationSummary:
     """Grade every item of the set with the profile's current bytes; seal the gate decision."""
     tune_allocators()

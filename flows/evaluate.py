@@ -19,7 +19,7 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
 from flows.artifacts import Progress, publish_outcome
-from flows.requests import EvaluateRequest, Runner, parameter
+from flows.requests import EvaluateRequest, Runner, run_namer
 from registry import (
     NewEntry,
     Plan,
@@ -72,12 +72,9 @@ def plan_inputs(plan: Plan) -> list[str]:
     return pinned + [c.predictions_digest for c in plan.candidates if c.predictions_digest]
 
 
-def run_name() -> str:
+def describe(request: EvaluateRequest) -> str:
     """Name the run after what it evaluates (the plan's experiment)."""
-    try:
-        return f"evaluate-{load_plan(Path(parameter('request', EvaluateRequest).plan_path)).experiment}"
-    except Exception:  # naming must never fail a run; the flow itself reports a bad plan
-        return "evaluate"
+    return load_plan(Path(request.plan_path)).experiment
 
 
 def task_runner(request: EvaluateRequest, bench: Workbench) -> TaskRunner[Any]:
@@ -96,7 +93,7 @@ def task_runner(request: EvaluateRequest, bench: Workbench) -> TaskRunner[Any]:
                                           "processes": True, "dashboard_address": None})
 
 
-@flow(name="evaluate", flow_run_name=run_name, log_prints=False)
+@flow(name="evaluate", flow_run_name=run_namer("evaluate", EvaluateRequest, describe), log_prints=False)
 def evaluate(request: EvaluateRequest) -> EvaluateSummary:
     """Evaluate every attempt of a frozen plan and seal the verdicts."""
     logger = get_run_logger()

@@ -15,7 +15,7 @@ from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict
 
 from flows.generations import run_batches, seal_new_version
-from flows.requests import RegradeRequest, parameter
+from flows.requests import RegradeRequest, run_namer
 from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
 from tasks.progress import attempt_done
@@ -59,20 +59,16 @@ def regrade_batch(attempt_ids: list[str], experiment: str, registry: Registry, c
     return outcomes
 
 
-def run_name() -> str:
-    """``regrade-<experiment>-<grader version>``, as operators see it in the UI."""
-    try:
-        request = parameter("request", RegradeRequest)
-        plan = load_plan(Path(request.plan_path))
-        config = load_config(find_config(request.config_path))
-        names = {request.profile} if request.profile else {c.grader_profile for c in plan.cases}
-        versions = sorted(config.grader_profiles[n].version if n in config.grader_profiles else "unavailable" for n in names)
-        return f"regrade-{plan.experiment}-{'+'.join(versions)}"
-    except Exception:  # naming must never fail a run; the flow reports bad input itself
-        return "regrade"
+def describe(request: RegradeRequest) -> str:
+    """``<experiment>-<grader version>``, as operators see it in the UI."""
+    plan = load_plan(Path(request.plan_path))
+    config = load_config(find_config(request.config_path))
+    names = {request.profile} if request.profile else {c.grader_profile for c in plan.cases}
+    versions = sorted(config.grader_profiles[n].version if n in config.grader_profiles else "unavailable" for n in names)
+    return f"{plan.experiment}-{'+'.join(versions)}"
 
 
-@flow(name="regrade", flow_run_name=run_name)
+@flow(name="regrade", flow_run_name=run_namer("regrade", RegradeRequest, describe))
 def regrade(request: RegradeRequest) -> RegradeSummary:
     """Regrade every attempt of a plan with the current grader bytes; never runs a candidate."""
     logger = get_run_logger()

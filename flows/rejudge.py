@@ -14,7 +14,7 @@ from prefect import flow
 from pydantic import BaseModel, ConfigDict
 
 from flows.generations import run_batches, seal_new_version
-from flows.requests import RejudgeRequest, parameter
+from flows.requests import RejudgeRequest, run_namer
 from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
 from tasks.progress import attempt_done
@@ -58,16 +58,12 @@ def rejudge_batch(attempt_ids: list[str], experiment: str, registry: Registry, c
     return outcomes, refused
 
 
-def run_name() -> str:
-    """``rejudge-<experiment>-<judge>``, as operators see it in the UI."""
-    try:
-        request = parameter("request", RejudgeRequest)
-        return f"rejudge-{load_plan(Path(request.plan_path)).experiment}-{request.judge or 'plan-judges'}"
-    except Exception:  # naming must never fail a run; the flow reports bad input itself
-        return "rejudge"
+def describe(request: RejudgeRequest) -> str:
+    """``<experiment>-<judge>``, as operators see it in the UI."""
+    return f"{load_plan(Path(request.plan_path)).experiment}-{request.judge or 'plan-judges'}"
 
 
-@flow(name="rejudge", flow_run_name=run_name)
+@flow(name="rejudge", flow_run_name=run_namer("rejudge", RejudgeRequest, describe))
 def rejudge(request: RejudgeRequest) -> RejudgeSummary:
     """Judge every attempt of a plan again with the current judge policy; never runs a candidate."""
     tune_allocators()

@@ -9,10 +9,13 @@ started from the UI are the same call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+R = TypeVar("R", bound=BaseModel)
 
 
 class Runner(str, Enum):
@@ -100,8 +103,19 @@ class DoctorRequest(BaseModel):
                             description="Heads recorded elsewhere, SEQ:sha256:<hex>, as doctor prints them.")
 
 
-def parameter(name: str, model: type[BaseModel]) -> Any:
-    """Read a flow run's request back as its model, whether the run was started from Python or the API."""
-    from prefect.runtime import flow_run
+def run_namer(operation: str, model: type[R], describe: Callable[[R], str]) -> Callable[[], str]:
+    """A ``flow_run_name`` for a flow taking one ``request``: ``<operation>-<describe(request)>``.
 
-    return model.model_validate(flow_run.parameters[name])
+    The request is read back as its model whether the run was started from
+    Python or from the API. Naming must never fail a run: on input it cannot
+    describe, the name is ``operation`` alone and the flow reports the input.
+    """
+    def name() -> str:
+        from prefect.runtime import flow_run
+
+        try:
+            return f"{operation}-{describe(model.model_validate(flow_run.parameters['request']))}"
+        except Exception:
+            return operation
+
+    return name

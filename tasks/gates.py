@@ -14,6 +14,11 @@ from typing import Any
 from registry import CALIBRATION_EXPERIMENT, CalibrationRecord, Registry, Role
 
 
+def judge_key(policy: str) -> str:
+    """How a judge policy is named beside grader ``id@version`` keys in a report's calibration status."""
+    return f"judge:{policy}"
+
+
 def _status(subject: str, found: tuple[str, CalibrationRecord] | None) -> dict[str, Any]:
     if found is None:
         return {"status": "uncalibrated", "record": None, "failures": [f"calibration: {subject} has no calibration record"]}
@@ -39,6 +44,6 @@ def calibration_status(registry: Registry, graders: Sequence[str],
             if (entry.grader_id or "").startswith("judge:"):
                 record = registry.load(entry.digest, CalibrationRecord)
                 by_policy[record.sha256] = (entry.digest, record)
-        status.update({f"judge:{policy}": _status(f"judge policy {policy}", by_policy.get(policy))
+        status.update({judge_key(policy): _status(f"judge policy {policy}", by_policy.get(policy))
                        for policy in judge_policies})
     return status

@@ -29,7 +29,7 @@ from registry import (
     release_free_memory,
 )
 from tasks.attempts import attempt_states, summarize
-from tasks.gates import calibration_status
+from tasks.gates import calibration_status, judge_key
 from tasks.taxonomy import count_primary
 
 LAYER = "normalized-result.v1"
@@ -144,13 +144,13 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
     ]
     by_candidate = _rates(attempts, "candidate_id")
     graders = sorted({f"{a['grader_id']}@{a['grader_version']}" for a in attempts})
-    judged: dict[str, set[str]] = defaultdict(set)
+    policies: dict[str, set[str]] = defaultdict(set)
     for a in attempts:
         if "judge" in a:
-            judged[a["candidate_id"]].add(f"judge:{a['judge']['judge_policy_hash']}")
-    calibration = calibration_status(registry, graders, sorted({p.split(":", 1)[1] for ps in judged.values() for p in ps}))
+            policies[a["candidate_id"]].add(a["judge"]["judge_policy_hash"])
+    calibration = calibration_status(registry, graders, sorted(set().union(*policies.values())))
     for name, tally in by_candidate.items():
-        behind = [*tally["graders"], *judged.get(name, ())]
+        behind = [*tally["graders"], *map(judge_key, policies.get(name, ()))]
         tally["calibrated"] = all(calibration[subject]["status"] == "passed" for subject in behind)
     body = {
         "schema_version": "tribunal.report.v1", "experiment": plan.experiment, "plan_hash": plan.plan_hash,
