@@ -1,7 +1,10 @@
 """Inspect AI's side of the regrade benchmark; runs in its own venv (inspect-ai is not a tribunal dependency).
 
 ``python inspect_side.py make-log N LOG_DIR`` writes one ``.eval`` log of N
-samples answered by ``mockllm/model`` (set-up, not timed) and prints its path.
+samples answered by ``mockllm/model`` (set-up, not timed) and prints its path;
+``python inspect_side.py count-scores LOG`` prints how many samples the
+re-scored log holds and how many the grader passed, so the benchmark can
+refuse a baseline that did less work than tribunal.
 The benchmark then times ``inspect score LOG --scorer inspect_side.py@grade_with_subprocess``:
 re-scoring the log with a scorer that spawns the same grader as tribunal's
 regrade, once per sample, through ``inspect_ai.util.subprocess`` (recipe and
@@ -54,7 +57,19 @@ def make_log(n: int, log_dir: str) -> str:
     return log.location
 
 
+def count_scores(log_path: str) -> dict[str, int]:
+    """How many samples the re-scored log holds, and how many the subprocess scorer marked correct."""
+    from inspect_ai.log import read_eval_log
+
+    log = read_eval_log(log_path)
+    scores = [(sample.scores or {}).get("grade_with_subprocess") for sample in log.samples or []]
+    return {"samples": len(scores), "correct": sum(score is not None and score.value == CORRECT for score in scores)}
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "make-log":
-        raise SystemExit("usage: inspect_side.py make-log N LOG_DIR")
-    print(make_log(int(sys.argv[2]), sys.argv[3]))
+    if len(sys.argv) == 4 and sys.argv[1] == "make-log":
+        print(make_log(int(sys.argv[2]), sys.argv[3]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "count-scores":
+        print(json.dumps(count_scores(sys.argv[2])))
+    else:
+        raise SystemExit("usage: inspect_side.py make-log N LOG_DIR | count-scores LOG")
