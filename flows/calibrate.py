@@ -31,8 +31,8 @@ from registry import (
     tune_allocators,
 )
 from tasks.calibration import Subject, grade_subject, judge_subject, seal_calibration, subjects
+from tasks.execution.workbench import Workbench, workbench
 from tasks.steps import step
-from tasks.workbench import Workbench, workbench
 
 BATCH = 25
 

@@ -4,7 +4,7 @@ The flow only wires tasks. It reads the manifest first to resume: sealed
 attempts are skipped, retained ones are graded from their stored evidence,
 the rest run from the start. Attempts go to tasks in batches (see
 ``tasks/steps.py`` for why) on a thread pool twice as wide as the program
-slots of the workbench (see ``tasks/workbench.py`` for why), or on the
+slots of the workbench (see ``tasks/execution/workbench.py`` for why), or on the
 worker processes of a Dask cluster (``task_runner``).
 """
 
@@ -33,10 +33,10 @@ from registry import (
     tune_allocators,
 )
 from tasks.attempts import attempt_states, make_contract
+from tasks.execution.workbench import Workbench, workbench
 from tasks.progress import attempt_done
 from tasks.report import build_report, current_summaries, seal_experiment_record
 from tasks.steps import evaluate_attempts
-from tasks.workbench import Workbench, workbench
 
 MAX_BATCH = 25
 T = TypeVar("T")

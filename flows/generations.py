@@ -16,9 +16,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.artifacts import Progress, publish_outcome
 from registry import Plan, Registry, release_free_memory
+from tasks.execution.workbench import workbench
 from tasks.regrade import EvidenceMissing, RegradeOutcome, first_missing_evidence, record_mutation
 from tasks.report import build_report, current_summaries, seal_experiment_record
-from tasks.workbench import workbench
 
 BATCH = 25
 

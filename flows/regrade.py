@@ -1,7 +1,7 @@
 """The ``regrade`` flow: new grader bytes over retained evidence (SPEC §7).
 
 Attempts are regraded in batch tasks, ``concurrency`` graders at a time
-(see ``tasks/workbench.py``). Evidence is checked from the manifest before
+(see ``tasks/execution/workbench.py``). Evidence is checked from the manifest before
 any grader runs: a missing piece stops the flow after every attempt before it
 in plan order is regraded and recorded. The canonical experiment record is
 then rewritten as a new version, with a mutation receipt saying what changed it.
@@ -18,6 +18,7 @@ from flows.generations import run_batches, seal_new_version
 from flows.requests import RegradeRequest, run_namer
 from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
+from tasks.execution.workbench import Workbench
 from tasks.progress import attempt_done
 from tasks.regrade import (
     RegradeOutcome,
@@ -26,7 +27,6 @@ from tasks.regrade import (
 )
 from tasks.report import head_label
 from tasks.steps import step
-from tasks.workbench import Workbench
 
 
 class RegradeSummary(BaseModel):

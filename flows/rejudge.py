@@ -17,12 +17,12 @@ from flows.generations import run_batches, seal_new_version
 from flows.requests import RejudgeRequest, run_namer
 from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
+from tasks.execution.workbench import Workbench
 from tasks.progress import attempt_done
 from tasks.regrade import RegradeOutcome, latest_record_digest
 from tasks.rejudge import IntentOpen, rejudge_attempt
 from tasks.report import head_label
 from tasks.steps import step
-from tasks.workbench import Workbench
 
 
 class RejudgeSummary(BaseModel):

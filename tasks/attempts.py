@@ -31,7 +31,8 @@ from registry import (
     Role,
     digest_json,
 )
-from tasks.candidate import execute_candidate
+from tasks.execution.candidate import execute_candidate
+from tasks.execution.workbench import Workbench
 from tasks.grading import Grading, grade
 from tasks.judging import judge_attempt
 from tasks.progress import attempt_done
@@ -39,7 +40,6 @@ from tasks.redaction import RedactionLeak
 from tasks.retain import RetainedAttempt, retain_candidate, txn
 from tasks.taxonomy import failure_labels
 from tasks.verdict import terminal_class
-from tasks.workbench import Workbench
 
 GRADING_ROLES = (Role.GRADER_INPUT, Role.GRADER_OUTPUT, Role.GRADER_RESULT, Role.GRADER_RECEIPT)
 

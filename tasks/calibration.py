@@ -42,10 +42,10 @@ from registry import (
     policy_hash,
 )
 from tasks.attempts import attempt_states, grader_input_for, scoring_id
+from tasks.execution.workbench import Workbench
 from tasks.grading import grade
 from tasks.judges import dispatch
 from tasks.regrade import retained_evidence
-from tasks.workbench import Workbench
 
 
 @dataclass(frozen=True)

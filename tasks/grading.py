@@ -4,7 +4,7 @@ Every rule is mandatory and every failure fails closed *with records*:
 input, output, result and receipt are written whatever happened, with
 ``passed=false`` and the failure class in the result. Only the boolean
 ``passed`` decides; the whole stdout is retained as evidence. The pin, the
-argv and the output contract are ``tasks/boundary.py``, shared with command
+argv and the output contract are ``tasks/execution/boundary.py``, shared with command
 judges.
 """
 
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry import Config, GraderInput, GraderProfile, GraderReceipt, GraderResult, canonical_json, digest
-from tasks.boundary import check_pinned_file, file_sha256, program_argv, read_verdict
-from tasks.process import run_program
+from tasks.execution.boundary import check_pinned_file, file_sha256, program_argv, read_verdict
+from tasks.execution.process import run_program
+from tasks.execution.workbench import Workbench
+from tasks.execution.workspace import Snapshot, WorkspaceError, apply_patch, plain_copy
 from tasks.sealing import seal_receipt
-from tasks.workbench import Workbench
-from tasks.workspace import Snapshot, WorkspaceError, apply_patch, plain_copy
 
 UNAVAILABLE = "unavailable"
 

@@ -4,7 +4,7 @@
 Ollama, llama.cpp server): the rubric as system message, the judge input as
 user message, and wants a JSON object with a boolean ``passed`` back.
 ``command`` runs a local judge pinned by SHA-256 through the same boundary as
-executable graders (``tasks/boundary.py``). Either fails closed: the reply
+executable graders (``tasks/execution/boundary.py``). Either fails closed: the reply
 records only a failure *class*; HTTP bodies, headers and stderr never leave
 this module except as the digest of the full reply kept as evidence.
 The digest of this file is recorded in every judgement (``ADAPTER_DIGEST``):
@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import tempfile
 import time
 import urllib.error
@@ -27,9 +26,9 @@ from typing import Any
 
 from registry import JudgeConfig, JudgeFailure, JudgePolicy, digest
 from tasks.blinding import chat_request, judge_input
-from tasks.boundary import RefusalKind, check_pinned_file, file_sha256, program_argv, read_verdict
-from tasks.process import run_program
-from tasks.workbench import Workbench
+from tasks.execution.boundary import RefusalKind, check_pinned_file, file_sha256, program_argv, read_verdict
+from tasks.execution.process import run_program
+from tasks.execution.workbench import Workbench
 
 ADAPTER_DIGEST = digest(Path(__file__).read_bytes())
 CHUNK = 65536
@@ -99,7 +98,7 @@ def _chat(config: JudgeConfig, policy: JudgePolicy, rubric: str, scoring_id: str
             body, failure = _read_capped(response, config.max_response_bytes, deadline)
     except urllib.error.HTTPError:
         return False, "http-status", b""
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         return False, "timeout", b""
     except (urllib.error.URLError, http.client.HTTPException, OSError):
         return False, "connection", b""

@@ -32,10 +32,10 @@ from registry import (
 from registry._judging import SamplingParams
 from registry._models import M
 from tasks.blinding import retained_truth
+from tasks.execution.workbench import Workbench
 from tasks.judges import ADAPTER_DIGEST, JudgeReply, dispatch
 from tasks.retain import RetainedAttempt, txn
 from tasks.sealing import seal_evidence
-from tasks.workbench import Workbench
 
 JUDGING_ROLES = (Role.CANDIDATE_TRUTH, Role.JUDGEMENT, Role.EVIDENCE_RECEIPT)
 

@@ -28,9 +28,9 @@ from registry import (
 )
 from registry._models import Strict
 from tasks.attempts import AttemptState, grader_input_for, store_grading
+from tasks.execution.workbench import Workbench
 from tasks.grading import grade
 from tasks.retain import RetainedAttempt
-from tasks.workbench import Workbench
 
 REQUIRED = (Role.ATTEMPT_CONTRACT, Role.CANDIDATE_RESULT, Role.TERMINAL_EVIDENCE)
 

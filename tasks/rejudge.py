@@ -27,10 +27,10 @@ from registry import (
     policy_hash,
 )
 from tasks.attempts import AttemptState, scoring_id
+from tasks.execution.workbench import Workbench
 from tasks.judging import judge_attempt, missing_policy, open_intents
 from tasks.regrade import REQUIRED, EvidenceMissing, RegradeOutcome
 from tasks.retain import RetainedAttempt
-from tasks.workbench import Workbench
 
 
 class IntentOpen(TribunalError):

@@ -22,7 +22,7 @@ from registry import (
     Role,
     canonical_json,
 )
-from tasks.candidate import CandidateRun
+from tasks.execution.candidate import CandidateRun
 from tasks.redaction import Pattern, build_patterns, redact_artifacts, rescan, scrub
 
 

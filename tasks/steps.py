@@ -24,7 +24,7 @@ from prefect.runtime import task_run as current_task_run
 from registry import AttemptContract, Config, Plan, Registry
 from registry._errors import CommitOutcomeUnknown
 from tasks.attempts import AttemptState, attempt_states, evaluate_attempt
-from tasks.workbench import Workbench
+from tasks.execution.workbench import Workbench
 
 
 def infrastructure_failure(task: Task[Any, Any], task_run: TaskRun, state: State[Any]) -> bool:

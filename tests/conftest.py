@@ -23,7 +23,7 @@ os.environ.pop("TRIBUNAL_CONFIG", None)
 
 from registry import Registry  # noqa: E402  (the environment must be set first)
 from registry._storage import LocalStorage, S3Storage  # noqa: E402
-from tasks.workbench import Workbench, workbench  # noqa: E402
+from tasks.execution.workbench import Workbench, workbench  # noqa: E402
 from tests.s3server import moto_endpoint, new_bucket_url  # noqa: E402
 
 

@@ -13,9 +13,9 @@ import pytest
 from registry import Registry, Role, freeze_experiment, load_config, load_plan
 from registry._objects import object_key
 from tasks.attempts import make_contract
-from tasks.candidate import execute_candidate
+from tasks.execution.candidate import execute_candidate
+from tasks.execution.workbench import workbench
 from tasks.retain import retain_candidate
-from tasks.workbench import workbench
 from tests.helpers import copy_demo, install_grader, tribunal
 
 EXPECTED = {

@@ -10,8 +10,8 @@ import pytest
 
 from registry import BlindedContract, Config, GraderInput, GraderProfile, digest
 from registry._archive import archive_tree
+from tasks.execution.workbench import Workbench
 from tasks.grading import Grading, grade
-from tasks.workbench import Workbench
 
 ATTEMPT = "sha256:" + "a" * 64
 

@@ -11,8 +11,8 @@ import pytest
 
 from registry import CandidateEnv, Config, Registry, freeze_experiment, load_plan
 from tasks.attempts import make_contract
-from tasks.candidate import CandidateRun, execute_candidate
-from tasks.workbench import workbench
+from tasks.execution.candidate import CandidateRun, execute_candidate
+from tasks.execution.workbench import workbench
 
 AGENT_PREAMBLE = "import json, os, sys\nprompt = sys.stdin.read()\n"
 

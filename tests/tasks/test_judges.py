@@ -14,8 +14,8 @@ import pytest
 from registry import JudgeConfig, candidate_truth, judge_policy, policy_hash
 from registry import blinded_candidate as blind
 from tasks.attempts import scoring_id
+from tasks.execution.workbench import Workbench
 from tasks.judges import ADAPTER_DIGEST, dispatch
-from tasks.workbench import Workbench
 from tests.judge_server import JudgeServer, Script, judge_server
 from tests.tasks.test_redaction import AID
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks import process
-from tasks.process import run_program
+from tasks.execution import process
+from tasks.execution.process import run_program
 
 
 def run(tmp_path: Path, source: str, stdin: bytes = b"", timeout_s: float = 20, cap: int = 1 << 20,

@@ -23,7 +23,7 @@ from registry import (
     canonical_json,
 )
 from tasks.attempts import grader_input_for
-from tasks.candidate import CandidateRun
+from tasks.execution.candidate import CandidateRun
 from tasks.redaction import RedactionLeak, build_patterns, redact_artifacts, scrub
 from tasks.retain import RetainedAttempt, retain_candidate
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from tasks.process import ProcessOutcome
+from tasks.execution.process import ProcessOutcome
 
 RefusalKind = Literal["unavailable", "timeout", "oversized", "exit-status", "malformed", "no-verdict"]
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from registry import RegistryError
-from tasks.workbench import Workbench
+from tasks.execution.workbench import Workbench
 
 GIT_IDENTITY = ["-c", "user.name=tribunal", "-c", "user.email=tribunal@localhost", "-c", "commit.gpgsign=false"]
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from registry import AttemptContract, Config, ObservedIdentity, Plan, PlanCandidate, Registry, TerminalEvidence
 from registry._predictions import parse_predictions
-from tasks.process import ProcessOutcome, run_program, utc_timestamp
-from tasks.workbench import Workbench
-from tasks.workspace import WorkspaceError, apply_patch, checkout, workspace_patch
+from tasks.execution.process import ProcessOutcome, run_program, utc_timestamp
+from tasks.execution.workbench import Workbench
+from tasks.execution.workspace import WorkspaceError, apply_patch, checkout, workspace_patch
 
 TRANSCRIPT_CAP = 16 * 1024 * 1024
 

@@ -25,7 +25,7 @@ class Workbench:
     """A scratch directory for workspaces and the slots untrusted programs must hold to run.
 
     It also keeps the case templates built in its scratch directory (see
-    ``tasks/workspace.py``), so they live and die with it.
+    ``tasks/execution/workspace.py``), so they live and die with it.
     """
 
     scratch: Path

@@ -1,0 +1,1 @@
+"""Running untrusted programs: process supervision, the sandbox, workspaces, the workbench, candidates, pinned programs."""
