@@ -9,7 +9,7 @@ INSPECT_VENV := .venv-inspect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_HOME ?= $(abspath $(VENV))/prefect-home
 
-.PHONY: demo test bench clean server chromium
+.PHONY: demo test bench clean server chromium bubblewrap
 
 PORT ?= 4200
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-demo: $(STAMP)
+demo: $(STAMP) bubblewrap
 	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	$(BIN)/tribunal plan freeze examples/demo/experiment.toml -o $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
 	$(BIN)/tribunal run --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --config examples/demo/tribunal.toml
@@ -36,7 +36,7 @@ else
 	@echo "model judge: skipped (set JUDGE_ENDPOINT to an OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1, and JUDGE_MODEL, to judge the demo too)"
 endif
 
-test: $(STAMP) chromium
+test: $(STAMP) chromium bubblewrap
 	$(BIN)/python -m pytest
 
 # The browser test drives Debian's chromium (never a downloaded browser).
@@ -44,9 +44,14 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || { echo "installing Debian's chromium and chromium-driver for the browser test"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
+# Every candidate, grader and command judge runs in a bubblewrap sandbox (SPEC §11): Debian's package.
+bubblewrap:
+	@command -v bwrap >/dev/null 2>&1 || { echo "installing Debian's bubblewrap (the sandbox every candidate and grader runs in)"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; }
+
 # A local Prefect server with the UI, a process work pool, the deployments of
 # deployments/prefect.yaml (defaults: the demo) and a worker. Ctrl-C stops it.
-server: $(STAMP)
+server: $(STAMP) bubblewrap
 	@mkdir -p $(DEMO_DIR)
 	@test -f $(DEMO_DIR)/plan.json || $(BIN)/tribunal plan freeze examples/demo/experiment.toml -o $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
 	$(BIN)/python deployments/server.py --home $(DEMO_DIR)/prefect --port $(PORT) --plan $(DEMO_DIR)/plan.json \
@@ -58,7 +63,7 @@ $(INSPECT_VENV)/.installed:
 	$(INSPECT_VENV)/bin/python -m pip install --quiet inspect-ai==0.3.285
 	@touch $@
 
-bench: $(STAMP) $(INSPECT_VENV)/.installed
+bench: $(STAMP) bubblewrap $(INSPECT_VENV)/.installed
 	$(BIN)/python benchmarks/registry_bench.py
 	$(BIN)/python benchmarks/pipeline_bench.py
 	$(BIN)/python benchmarks/regrade_bench.py --inspect-python $(INSPECT_VENV)/bin/python

@@ -31,6 +31,7 @@ from registry import (
     tune_allocators,
 )
 from tasks.calibration import Subject, grade_subject, judge_subject, seal_calibration, subjects
+from tasks.execution.sandbox import ensure_backend
 from tasks.execution.workbench import Workbench, workbench
 from tasks.steps import step
 
@@ -74,6 +75,7 @@ def calibrate(request: CalibrateRequest) -> CalibrationSummary:
     tune_allocators()
     calibration_set = parse_calibration_set(read_set_text(request.set_path), request.set_path)
     config = load_config(find_config(request.config_path))
+    ensure_backend(config.sandbox)
     registry = Registry.open(request.registry_url)
     plan = load_plan(Path(request.plan_path)) if request.plan_path else None
     kind, name = request.subject

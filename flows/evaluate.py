@@ -33,6 +33,7 @@ from registry import (
     tune_allocators,
 )
 from tasks.attempts import attempt_states, make_contract
+from tasks.execution.sandbox import ensure_backend
 from tasks.execution.workbench import Workbench, workbench
 from tasks.progress import attempt_done
 from tasks.report import build_report, current_summaries, seal_experiment_record
@@ -100,6 +101,7 @@ def evaluate(request: EvaluateRequest) -> EvaluateSummary:
     tune_allocators()
     plan = load_plan(Path(request.plan_path))
     config = load_config(find_config(request.config_path))
+    ensure_backend(config.sandbox)
     registry = Registry.open(request.registry_url)
     missing = [d for d in plan_inputs(plan) if not registry.objects.exists(d)]
     if missing:

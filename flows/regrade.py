@@ -18,6 +18,7 @@ from flows.generations import run_batches, seal_new_version
 from flows.requests import RegradeRequest, run_namer
 from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
+from tasks.execution.sandbox import ensure_backend
 from tasks.execution.workbench import Workbench
 from tasks.progress import attempt_done
 from tasks.regrade import (
@@ -75,6 +76,7 @@ def regrade(request: RegradeRequest) -> RegradeSummary:
     tune_allocators()
     plan = load_plan(Path(request.plan_path))
     config = load_config(find_config(request.config_path))
+    ensure_backend(config.sandbox)
     registry = Registry.open(request.registry_url)
     profile = request.profile
     previous = latest_record_digest(registry, plan)

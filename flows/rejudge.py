@@ -17,6 +17,7 @@ from flows.generations import run_batches, seal_new_version
 from flows.requests import RejudgeRequest, run_namer
 from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
+from tasks.execution.sandbox import ensure_backend
 from tasks.execution.workbench import Workbench
 from tasks.progress import attempt_done
 from tasks.regrade import RegradeOutcome, latest_record_digest
@@ -69,6 +70,7 @@ def rejudge(request: RejudgeRequest) -> RejudgeSummary:
     tune_allocators()
     plan = load_plan(Path(request.plan_path))
     config = load_config(find_config(request.config_path))
+    ensure_backend(config.sandbox)
     registry = Registry.open(request.registry_url)
     judge = request.judge
     previous = latest_record_digest(registry, plan)

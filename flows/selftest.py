@@ -44,6 +44,7 @@ def _write_grader(root: Path, version: int) -> None:
     sha = hashlib.sha256(grader.read_bytes()).hexdigest()
     (root / "tribunal.toml").write_text(
         f'[grader_profiles.control]\npath = "grader.py"\nsha256 = "{sha}"\ngrader_id = "control"\nversion = "{version}"\n'
+        '[sandbox]\nread_write = ["counter"]\n'  # the one place the sandboxed candidate may leave its count
     )
 
 
@@ -52,13 +53,15 @@ def _experiment(root: Path) -> Path:
     (root / "repo" / "README").write_text("selftest case\n")
     (root / "prompt.md").write_text("Write the answer.\n")
     (root / "candidate.py").write_text(CANDIDATE)
-    counter = root / "invocations.log"
+    (root / "counter").mkdir()
+    counter = root / "counter" / "invocations.log"
     cases = "".join(f'[[case]]\nid = "case-{n}"\nrepo = "repo"\nprompt = "prompt.md"\ngrader_profile = "control"\n'
                     for n in range(2))
     spec = root / "experiment.toml"
     spec.write_text(
         f'experiment = "selftest"\nattempts = 2\n{cases}[[candidate]]\nid = "counter"\nkind = "command"\n'
         f'command = ["{sys.executable}", "{{experiment_dir}}/candidate.py", "{counter}"]\n'
+        'read_only = ["{experiment_dir}/candidate.py"]\n'
         'provider = "selftest"\nmodel = "counter-1"\n'
     )
     _write_grader(root, 1)
@@ -78,7 +81,7 @@ def no_candidate_rerun(registry_url: str | None = None) -> ControlResult:
         registry = Registry.open(url)
         plan = root / "plan.json"
         plan.write_bytes(freeze_experiment(spec, registry)[1])
-        counter = root / "invocations.log"
+        counter = root / "counter" / "invocations.log"
         evaluate(EvaluateRequest(plan_path=str(plan), registry_url=url, config_path=str(root / "tribunal.toml")))
         before = counter.read_text().count("run")
         results_before = len(registry.entries(role=Role.GRADER_RESULT))

@@ -53,6 +53,7 @@ from registry._judging import (
 from registry._manifest import Head
 from registry._memory import release_free_memory, tune_allocators
 from registry._plan import AttemptRef, Plan, PlanCandidate, PlanCase, attempt_id, load_plan, plan_bytes
+from registry._sandbox import SandboxConfig, SandboxProfile
 from registry._records import (
     AttemptContract,
     AttemptSummary,
@@ -71,6 +72,8 @@ from registry._records import (
 from registry._registry import Registry, resolve_registry_url
 
 __all__ = [
+    "SandboxConfig",
+    "SandboxProfile",
     "CALIBRATION_EXPERIMENT",
     "AuditRecord",
     "Publication",

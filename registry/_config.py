@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 from registry._calibration import Gate
 from registry._errors import SpecError
 from registry._models import Hex64, Strict, read_toml, validate_as
+from registry._sandbox import SandboxConfig
 
 DEFAULT_CONFIG_NAME = "tribunal.toml"
 MIB = 1024 * 1024
@@ -33,6 +34,8 @@ class GraderProfile(Strict):
     version: str
     timeout_s: float = Field(default=120, gt=0)
     max_output_bytes: int = Field(default=MIB, gt=0)
+    read_only: list[str] = []
+    """Host paths only this grader sees (read-only), e.g. hidden tests kept outside the case repo."""
     gate: Gate = Gate()
 
 
@@ -87,10 +90,16 @@ class Config(Strict):
     redaction: RedactionConfig = RedactionConfig()
     candidate_env: CandidateEnv = CandidateEnv()
     candidate_timeout_s: float = Field(default=1800, gt=0)
+    sandbox: SandboxConfig = SandboxConfig()
 
 
 def _resolve(base: Path, value: object) -> object:
     return str((base / value).resolve()) if isinstance(value, str) and value else value
+
+
+def _absolute(base: Path, value: object) -> object:
+    """A host path for a sandbox mount, made absolute without following links (the mount follows them)."""
+    return os.path.normpath(base / value) if isinstance(value, str) and value else value
 
 
 def find_config(option: str | None) -> Path:
@@ -112,4 +121,9 @@ def load_config(path: Path) -> Config:
         for entry in (data.get(section) or {}).values():
             if isinstance(entry, dict) and key in entry:
                 entry[key] = _resolve(base, entry[key])
+    for owner, key in [(data.get("sandbox"), "read_only"), (data.get("sandbox"), "read_write")] + [
+        (profile, "read_only") for profile in (data.get("grader_profiles") or {}).values()
+    ]:
+        if isinstance(owner, dict) and isinstance(owner.get(key), list):
+            owner[key] = [_absolute(base, item) for item in owner[key]]
     return validate_as(Config, data, str(path))

@@ -71,6 +71,8 @@ def freeze_experiment(spec_path: Path, registry: Registry) -> tuple[Plan, bytes]
             ),
             "provider": candidate.provider,
             "model": candidate.model,
+            "network": candidate.network,
+            "read_only": candidate.read_only,
         }
         for i, candidate in enumerate(spec.candidate)
     ]

@@ -97,7 +97,7 @@ def blinded_candidate(truth: CandidateTruth, transcript: bytes, artifacts: dict[
 
 
 JudgeFailure = Literal["connection", "timeout", "http-status", "oversized", "malformed", "no-verdict",
-                       "model-mismatch", "rubric-mismatch", "exit-status", "judge-unavailable"]
+                       "model-mismatch", "rubric-mismatch", "exit-status", "judge-unavailable", "sandbox-limit"]
 """Classes of fail-closed judge outcomes; only the class is ever recorded, never the adapter's diagnostics."""
 
 

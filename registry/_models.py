@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError, model_serializer
+from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
 from registry._errors import SpecError
 
@@ -25,6 +26,24 @@ class Strict(BaseModel):
     """Frozen, no extra keys."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class OmitNone(Strict):
+    """A stored record whose fields added later are left out of its bytes while unset.
+
+    Records written before those fields existed must keep their exact bytes
+    (and seals) when read and dumped again.
+    """
+
+    OMIT_WHEN_NONE: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        data: dict[str, object] = handler(self)
+        for name in self.OMIT_WHEN_NONE:
+            if name in data and data[name] is None:
+                del data[name]
+        return data
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
+from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
 from registry._canonical import canonical_json, digest_json
 from registry._errors import PlanDrift, SpecError
 from registry._models import Digest, Name, Strict, validate_as
+from registry._sandbox import Network
 
 PLAN_SCHEMA = "tribunal.plan.v1"
 
@@ -41,6 +43,8 @@ class CandidateSpec(Strict):
     predictions: str | None = None
     provider: str = Field(min_length=1)
     model: str = Field(min_length=1)
+    network: Network = "none"
+    read_only: list[str] = []
 
     @model_validator(mode="after")
     def _kind_fields(self) -> CandidateSpec:
@@ -83,6 +87,20 @@ class PlanCandidate(Strict):
     predictions_digest: Digest | None = None
     provider: str
     model: str
+    network: Network = "none"
+    """``host`` lets the candidate reach the network (an agent calling a model API); default none (SPEC §11)."""
+    read_only: list[str] = []
+    """Host paths the candidate sees read-only (its own code); ``{experiment_dir}`` expands as in ``command``."""
+
+    @model_serializer(mode="wrap")
+    def _defaults_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """Plans frozen before containment hash as they did: the defaults are left out of the canonical form."""
+        data: dict[str, object] = handler(self)
+        if data.get("network") == "none":
+            del data["network"]
+        if data.get("read_only") == []:
+            del data["read_only"]
+        return data
 
 
 class AttemptRef(Strict):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from registry._models import Digest, Strict
+from registry._models import Digest, OmitNone, Strict
 
 
 class Role(StrEnum):
@@ -54,8 +54,10 @@ class GraderResult(Strict):
     """Why grading failed closed (None when the grader answered); kept for the taxonomy."""
 
 
-class GraderReceipt(Strict):
+class GraderReceipt(OmitNone):
     """Seals one grading; ``integrity_hash`` is the hash of every other field."""
+
+    OMIT_WHEN_NONE = ("sandbox_profile",)
 
     schema_version: Literal["tribunal.grader_receipt.v1"] = "tribunal.grader_receipt.v1"
     attempt_id: Digest
@@ -67,6 +69,8 @@ class GraderReceipt(Strict):
     input_hash: Digest
     output_hash: Digest
     result_hash: Digest
+    sandbox_profile: Digest | None = None
+    """The profile the grader ran in (SPEC §11); absent on receipts sealed before containment."""
     integrity_hash: Digest
 
 
@@ -96,8 +100,10 @@ class ObservedIdentity(Strict):
     model: str | None = None
 
 
-class TerminalEvidence(Strict):
+class TerminalEvidence(OmitNone):
     """How the candidate run ended, and what it reported about itself."""
+
+    OMIT_WHEN_NONE = ("limit",)
 
     schema_version: Literal["tribunal.terminal_evidence.v1"] = "tribunal.terminal_evidence.v1"
     attempt_id: Digest
@@ -110,10 +116,14 @@ class TerminalEvidence(Strict):
     session_ids: list[str]
     cost_usd: float | None
     reason: str | None = None
+    limit: str | None = None
+    """The sandbox limit the run hit (``processes``, ``file-size``, ``cpu-time``, ``patch-size``), if any."""
 
 
-class CandidateResult(Strict):
+class CandidateResult(OmitNone):
     """The normalized candidate outcome the verdict rule reads."""
+
+    OMIT_WHEN_NONE = ("sandbox_profile",)
 
     schema_version: Literal["tribunal.candidate_result.v1"] = "tribunal.candidate_result.v1"
     attempt_id: Digest
@@ -123,6 +133,8 @@ class CandidateResult(Strict):
     transcript_digest: Digest
     patch_digest: Digest
     terminal_evidence_digest: Digest
+    sandbox_profile: Digest | None = None
+    """The profile the candidate ran in (SPEC §11); absent on results retained before containment."""
 
 
 class RedactionReceipt(Strict):
@@ -166,8 +178,10 @@ class JudgementLine(Strict):
     judgement_digest: Digest
 
 
-class AttemptSummary(Strict):
+class AttemptSummary(OmitNone):
     """One attempt's line in the experiment record."""
+
+    OMIT_WHEN_NONE = ("isolated",)
 
     attempt_id: Digest
     case_id: str
@@ -184,6 +198,8 @@ class AttemptSummary(Strict):
     """Every judgement generation in manifest order; the last (the chain's tip) is the effective judge verdict."""
     failure_labels: list[str] = []
     """Failed gates in taxonomy order (M, E, G, A, T); the first is the primary label. Empty when resolved."""
+    isolated: bool | None = None
+    """Whether the candidate and the grader both ran sandboxed (SPEC §11); absent in records made before."""
 
 
 class ExperimentRecord(Strict):

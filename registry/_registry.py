@@ -8,6 +8,7 @@ command retaining or reading evidence needs an explicit root.
 from __future__ import annotations
 
 import os
+import secrets
 from typing import TypeVar
 
 import pyarrow as pa
@@ -32,6 +33,9 @@ def resolve_registry_url(option: str | None) -> str:
     return url
 
 
+SCORING_SECRET_KEY = "keys/scoring-secret"
+
+
 class Registry:
     """A content-addressed store plus its append-only manifest."""
 
@@ -39,6 +43,7 @@ class Registry:
         self.storage = storage
         self.objects = ObjectStore(storage)
         self.manifest = Manifest(storage, writer)
+        self._scoring_secret: bytes | None = None
 
     def __reduce__(self) -> tuple[type[Registry], tuple[Storage]]:
         """Sent to another process (a Dask worker), a registry reopens the same storage as a new writer.
@@ -62,6 +67,18 @@ class Registry:
     @property
     def url(self) -> str:
         return self.storage.url
+
+    def scoring_secret(self) -> bytes:
+        """This registry's secret for keyed scoring ids (SPEC §11), made by the first writer that needs it.
+
+        It lives only in the registry, which no sandbox can see, so a grader
+        holding plan.json cannot map a scoring id back to its attempt. Two
+        writers racing to make it both read back the one put-if-absent kept.
+        """
+        if self._scoring_secret is None:
+            self.storage.put_if_absent(SCORING_SECRET_KEY, secrets.token_bytes(32))
+            self._scoring_secret = self.storage.read(SCORING_SECRET_KEY)
+        return self._scoring_secret
 
     def put(self, data: bytes) -> str:
         """Store bytes once; return their digest."""

@@ -9,6 +9,8 @@ returns what is already recorded instead of recording it twice.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -29,7 +31,7 @@ from registry import (
     Plan,
     Registry,
     Role,
-    digest_json,
+    SandboxProfile,
 )
 from tasks.execution.candidate import execute_candidate
 from tasks.execution.workbench import Workbench
@@ -56,18 +58,23 @@ def make_contract(plan: Plan, ref: AttemptRef) -> AttemptContract:
     )
 
 
-def scoring_id(attempt_id: str) -> str:
-    """The id a grader or judge sees instead of anything naming the candidate."""
-    return digest_json(["scoring", attempt_id])
+def scoring_id(secret: bytes, attempt_id: str) -> str:
+    """The id a grader or judge sees instead of anything naming the candidate.
+
+    Keyed (HMAC-SHA-256 with the registry's secret, SPEC §11): attempt ids can
+    be derived from plan.json, so an unkeyed hash of one would let anyone who
+    holds the plan map a scoring id back to its candidate.
+    """
+    return "sha256:" + hmac.new(secret, attempt_id.encode(), hashlib.sha256).hexdigest()
 
 
-def grader_input_for(retained: RetainedAttempt) -> GraderInput:
+def grader_input_for(retained: RetainedAttempt, secret: bytes) -> GraderInput:
     """Build the blinded grader input: hashes, a scoring id and the redacted patch."""
     contract, result = retained.contract, retained.result
     return GraderInput(
         contract=BlindedContract(
             case_id=contract.case_id, snapshot_digest=contract.snapshot_digest,
-            prompt_hash=contract.prompt_hash, scoring_id=scoring_id(contract.attempt_id),
+            prompt_hash=contract.prompt_hash, scoring_id=scoring_id(secret, contract.attempt_id),
         ),
         grader_profile=contract.grader_profile,
         candidate_succeeded=result.succeeded,
@@ -126,7 +133,9 @@ def load_retained(registry: Registry, state: AttemptState) -> RetainedAttempt:
 
 
 def store_grading(registry: Registry, contract: AttemptContract, grading: Grading, generation: int, step: str) -> None:
-    """Store the four grading records and append them as one commit."""
+    """Store the four grading records (and the grader's sandbox profile) and append them as one commit."""
+    if grading.sandbox_profile:
+        registry.put(grading.sandbox_profile)
     stored = {
         Role.GRADER_INPUT: grading.input_bytes,
         Role.GRADER_OUTPUT: grading.output_bytes,
@@ -151,7 +160,7 @@ def grade_retained(retained: RetainedAttempt, config: Config, registry: Registry
     contract = retained.contract
     grading = grade(
         attempt_id=contract.attempt_id, profile_name=contract.grader_profile, config=config,
-        grader_input=grader_input_for(retained), snapshot=lambda: registry.get(contract.snapshot_digest),
+        grader_input=grader_input_for(retained, registry.scoring_secret()), snapshot=lambda: registry.get(contract.snapshot_digest),
         patch=retained.patch, bench=bench,
     )
     store_grading(registry, contract, grading, generation=1, step="grading")
@@ -183,9 +192,32 @@ def evaluate_attempt(contract: AttemptContract, state: AttemptState | None, plan
     if state is None or not state.sealed:
         failed = grade_retained(retained, config, registry, bench).failure is not None
     if contract.judge is not None:
-        failed = judge_attempt(registry, retained, config, bench, scoring_id=scoring_id(contract.attempt_id)).failure is not None or failed
+        failed = judge_attempt(registry, retained, config, bench,
+                               scoring_id=scoring_id(registry.scoring_secret(), contract.attempt_id)).failure is not None or failed
     attempt_done("grader or judge failure" if failed else "graded")
     return None
+
+
+_ISOLATION: dict[str, bool] = {}
+"""Profile digest -> isolated; content-addressed, so one answer holds for every registry."""
+
+
+def _profile_isolated(registry: Registry, profile_digest: str | None) -> bool:
+    if profile_digest is None:
+        return False
+    if profile_digest not in _ISOLATION:
+        _ISOLATION[profile_digest] = registry.load(profile_digest, SandboxProfile).isolated
+    return _ISOLATION[profile_digest]
+
+
+def ran_isolated(registry: Registry, state: AttemptState, candidate: CandidateResult, receipt: GraderReceipt) -> bool:
+    """Both programs behind a verdict ran sandboxed: the grader, and the candidate unless it was a replayed prediction."""
+    if not _profile_isolated(registry, receipt.sandbox_profile):
+        return False
+    if candidate.sandbox_profile is None:
+        contract = registry.load(state.entries[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
+        return contract.candidate_kind == "predictions"
+    return _profile_isolated(registry, candidate.sandbox_profile)
 
 
 def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
@@ -217,4 +249,5 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
         evidence={role: entry.digest for role, entry in sorted(state.entries.items())}, judgements=judgements,
         failure_labels=failure_labels(harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded,
                                       graders_passed=result.passed, judges_passed=all(j.passed for j in judgements[-1:])),
+        isolated=ran_isolated(registry, state, candidate, receipt),
     )

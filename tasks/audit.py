@@ -6,7 +6,9 @@ walked newest first and each receipt re-verified like a stranger would: its
 integrity hash re-derived; the input, output and result it names must be
 entries of the same attempt and read back as those bytes; the graded result
 must agree with the receipt on attempt, verdict, grader id and version; and
-generations must run 1, 2, 3... A damaged record is a finding, never an exception.
+generations must run 1, 2, 3...; the sandbox profiles the candidate result
+and the receipt name must be stored (SPEC §11). A damaged record is a
+finding, never an exception.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from registry import (
     Pin,
     Registry,
     Role,
+    SandboxProfile,
     check_registry,
     digest,
 )
@@ -70,6 +73,9 @@ def _check_receipt(registry: Registry, receipt_entry: ManifestEntry, entries: li
         if blob is None or digest(blob) != claimed:
             findings.append(_finding("receipt-artifact-missing", receipt_entry,
                                      f"grader {label} {claimed} is not in this attempt's manifest entries or does not read back"))
+    if receipt.sandbox_profile is not None and not _profile_readable(registry, receipt.sandbox_profile):
+        findings.append(_finding("sandbox-profile-missing", receipt_entry,
+                                 f"sandbox profile {receipt.sandbox_profile} is not stored or does not parse"))
     result_entry = by_digest.get(receipt.result_hash)
     if result_entry is not None and (blob := _load(registry, result_entry)) is not None:
         try:
@@ -79,6 +85,27 @@ def _check_receipt(registry: Registry, receipt_entry: ManifestEntry, entries: li
         for field in receipt_disagreements(receipt, result):
             findings.append(_finding("receipt-result-disagrees", receipt_entry, f"result and receipt disagree on {field}"))
     return findings
+
+
+def _profile_readable(registry: Registry, profile_digest: str) -> bool:
+    try:
+        SandboxProfile.model_validate(json.loads(registry.get(profile_digest)))
+    except (ObjectMissing, ObjectCorrupt, ValueError, ValidationError):
+        return False
+    return True
+
+
+def sandbox_profiles(registry: Registry, entries: list[ManifestEntry]) -> list[str | None]:
+    """The sandbox profile digests the newest candidate result and grader receipt name (None: unrecorded)."""
+    newest = {entry.role: entry for entry in entries}
+    named: list[str | None] = []
+    for role, model in ((Role.CANDIDATE_RESULT, CandidateResult), (Role.GRADER_RECEIPT, GraderReceipt)):
+        if role in newest:
+            try:
+                named.append(model.model_validate(json.loads(_load(registry, newest[role]) or b"")).sandbox_profile)
+            except (ValueError, ValidationError):
+                named.append(None)
+    return named
 
 
 def current_class(registry: Registry, entries: list[ManifestEntry]) -> str | None:
@@ -119,6 +146,10 @@ def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Find
             pass
     for receipt_entry in reversed(receipts):
         findings += _check_receipt(registry, receipt_entry, entries)
+    candidate_profile = sandbox_profiles(registry, entries)[0]
+    if candidate_profile is not None and not _profile_readable(registry, candidate_profile):
+        findings.append(_finding("sandbox-profile-missing", receipts[-1],
+                                 f"candidate sandbox profile {candidate_profile} is not stored or does not parse"))
     return findings
 
 

@@ -59,6 +59,11 @@ class Subject:
     transcript: bytes = b""
     """The stored (redacted) transcript of a retained attempt; a judge sees it beside the patch."""
 
+    @property
+    def scoring(self) -> str:
+        """The keyed scoring id the grader saw; a judge is asked under the same one."""
+        return self.grader_input.contract.scoring_id
+
 
 def item_attempt_id(set_digest: str, item_id: str) -> str:
     """A stable attempt id for an item: binds the grading records to the set and the item."""
@@ -80,7 +85,7 @@ def subjects(registry: Registry, calibration_set: CalibrationSet, plan: Plan | N
                 raise UsageError(f"calibration item {item.item_id}: attempt {item.attempt} is not in registry {registry.url}")
             retained = retained_evidence(registry, states[item.attempt], item.attempt, profile)
             snapshot_digest = retained.contract.snapshot_digest
-            made.append(Subject(item, grader_input_for(retained), lambda d=snapshot_digest: registry.get(d),
+            made.append(Subject(item, grader_input_for(retained, registry.scoring_secret()), lambda d=snapshot_digest: registry.get(d),
                                 retained.patch, registry.get(retained.result.transcript_digest)))
             continue
         case = cases.get(item.case or "")
@@ -91,7 +96,8 @@ def subjects(registry: Registry, calibration_set: CalibrationSet, plan: Plan | N
         attempt_id = item_attempt_id(calibration_set.set_digest, item.item_id)
         grader_input = GraderInput(
             contract=BlindedContract(case_id=case.id, snapshot_digest=case.snapshot_digest,
-                                     prompt_hash=case.prompt_hash, scoring_id=scoring_id(attempt_id)),
+                                     prompt_hash=case.prompt_hash,
+                                     scoring_id=scoring_id(registry.scoring_secret(), attempt_id)),
             grader_profile=profile, candidate_succeeded=True, patch_digest=digest(patch),
             terminal_evidence_digest=digest_json(["calibration-item", attempt_id]), patch=patch.decode(),
         )
@@ -109,12 +115,12 @@ def grade_subject(subject: Subject, set_digest: str, profile: str, config: Confi
 
 def judge_subject(subject: Subject, set_digest: str, judge: str, config: Config, bench: Workbench) -> Outcome:
     """Ask the judge about one item's blinded candidate (patch and transcript only); faults are outcomes."""
-    scoring = scoring_id(item_attempt_id(set_digest, subject.item.item_id))
+    scoring = subject.scoring
     artifacts = {"patch": subject.patch}
     truth = candidate_truth(scoring, subject.transcript, artifacts)
     judge_config = config.judges[judge]
     reply = dispatch(judge_config, judge_policy(judge_config), scoring,
-                     blinded_candidate(truth, subject.transcript, artifacts), bench)
+                     blinded_candidate(truth, subject.transcript, artifacts), bench, config.sandbox)
     return Outcome(item_id=subject.item.item_id, stratum=subject.item.stratum, label=subject.item.label,
                    passed=reply.passed, failure=reply.failure)
 

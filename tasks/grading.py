@@ -3,21 +3,22 @@
 Every rule is mandatory and every failure fails closed *with records*:
 input, output, result and receipt are written whatever happened, with
 ``passed=false`` and the failure class in the result. Only the boolean
-``passed`` decides; the whole stdout is retained as evidence. The pin, the
+``passed`` decides; the whole stdout is retained as evidence. The grader runs
+in its sandbox (no network, no registry, no plan, no other grader) and the
+receipt names that sandbox's profile. The pin, the
 argv and the output contract are ``tasks/execution/boundary.py``, shared with command
 judges.
 """
 
 from __future__ import annotations
 
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from registry import Config, GraderInput, GraderProfile, GraderReceipt, GraderResult, canonical_json, digest
-from tasks.execution.boundary import check_pinned_file, file_sha256, program_argv, read_verdict
-from tasks.execution.process import run_program
+from tasks.execution.boundary import check_pinned_file, file_sha256, read_verdict, run_pinned
+from tasks.execution.sandbox import Exposure, Sandbox
 from tasks.execution.workbench import Workbench
 from tasks.execution.workspace import Snapshot, WorkspaceError, apply_patch, plain_copy
 from tasks.sealing import seal_receipt
@@ -33,6 +34,8 @@ class Grading:
     output_bytes: bytes
     result: GraderResult
     receipt: GraderReceipt
+    sandbox_profile: bytes = b""
+    """The canonical profile the grader ran in, stored beside the records (empty if no grader ran)."""
 
     @property
     def result_bytes(self) -> bytes:
@@ -43,8 +46,17 @@ class Grading:
         return canonical_json(self.receipt.model_dump(mode="json"))
 
 
-def _run_grader(profile: GraderProfile, input_bytes: bytes, snapshot_digest: str, snapshot: Snapshot,
-                patch: bytes, bench: Workbench) -> tuple[bytes, bool, str | None]:
+def grader_sandbox(config: Config, profile_name: str, profile: GraderProfile) -> Sandbox:
+    """A grader's walls: no network, the config's read-only paths and the profile's own."""
+    exposure = Exposure(
+        read_only=tuple(profile.read_only) + tuple(config.sandbox.read_only),
+        hint=f"read_only of [grader_profiles.{profile_name}], or [sandbox] read_only in tribunal.toml",
+    )
+    return Sandbox(config.sandbox, "grader", exposure, ("PATH",))
+
+
+def _run_grader(profile: GraderProfile, sandbox: Sandbox, input_bytes: bytes, snapshot_digest: str,
+                snapshot: Snapshot, patch: bytes, bench: Workbench) -> tuple[bytes, bool, str | None]:
     with tempfile.TemporaryDirectory(prefix="grade-", dir=bench.scratch) as tmp:
         workspace = Path(tmp) / "workspace"
         plain_copy(snapshot_digest, snapshot, workspace, bench)
@@ -52,11 +64,12 @@ def _run_grader(profile: GraderProfile, input_bytes: bytes, snapshot_digest: str
             apply_patch(workspace, patch)
         except WorkspaceError:
             return b"", False, "retained patch does not apply to the case snapshot"
-        outcome = run_program(
-            program_argv(Path(profile.path)), cwd=workspace, env={"PATH": os.environ.get("PATH", "")},
-            stdin=input_bytes, timeout_s=profile.timeout_s, max_output_bytes=profile.max_output_bytes,
-            slot=bench.slots,
+        outcome, refusal = run_pinned(
+            Path(profile.path), profile.sha256, "grader", sandbox, workspace=workspace, stdin=input_bytes,
+            timeout_s=profile.timeout_s, max_output_bytes=profile.max_output_bytes, slot=bench.slots,
         )
+    if outcome is None:
+        return b"", False, refusal.message if refusal else "grader did not run"
     passed, refusal = read_verdict(outcome, profile.timeout_s, "grader", "max_output_bytes")
     if refusal is None and file_sha256(Path(profile.path)) != profile.sha256:
         return outcome.stdout, False, "grader file changed while grading"
@@ -68,7 +81,7 @@ def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: G
     """Grade one attempt through the boundary; never raises for a grader's fault."""
     input_bytes = canonical_json(grader_input.model_dump(mode="json"))
     profile = config.grader_profiles.get(profile_name)
-    output, passed = b"", False
+    output, passed, sandbox = b"", False, None
     failure: str | None
     if profile is None:
         grader_id, version, failure = f"missing:{profile_name}", UNAVAILABLE, "grader profile is not configured"
@@ -76,11 +89,12 @@ def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: G
         grader_id, version, failure = f"missing:{profile_name}", UNAVAILABLE, "grader profile has a blank grader_id or version"
     else:
         grader_id, version = profile.grader_id, profile.version
+        sandbox = grader_sandbox(config, profile_name, profile)
         pin = check_pinned_file(Path(profile.path), profile.sha256, "grader")
         failure = pin.message if pin else None
         if failure is None:
             output, passed, failure = _run_grader(
-                profile, input_bytes, grader_input.contract.snapshot_digest, snapshot, patch, bench
+                profile, sandbox, input_bytes, grader_input.contract.snapshot_digest, snapshot, patch, bench
             )
     result = GraderResult(
         attempt_id=attempt_id, grader_id=grader_id, grader_version=version, required=True,
@@ -92,6 +106,8 @@ def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: G
             "grader_version": version, "required": True, "passed": result.passed,
             "input_hash": digest(input_bytes), "output_hash": digest(output),
             "result_hash": digest(canonical_json(result.model_dump(mode="json"))),
+            "sandbox_profile": sandbox.profile_digest if sandbox else None,
         }
     )
-    return Grading(input_bytes=input_bytes, output_bytes=output, result=result, receipt=receipt)
+    return Grading(input_bytes=input_bytes, output_bytes=output, result=result, receipt=receipt,
+                   sandbox_profile=sandbox.profile_bytes if sandbox else b"")

@@ -24,17 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from registry import JudgeConfig, JudgeFailure, JudgePolicy, digest
+from registry import JudgeConfig, JudgeFailure, JudgePolicy, SandboxConfig, digest
 from tasks.blinding import chat_request, judge_input
-from tasks.execution.boundary import RefusalKind, check_pinned_file, file_sha256, program_argv, read_verdict
-from tasks.execution.process import run_program
+from tasks.execution.boundary import RefusalKind, file_sha256, read_verdict, run_pinned
+from tasks.execution.sandbox import Exposure, Sandbox
 from tasks.execution.workbench import Workbench
 
 ADAPTER_DIGEST = digest(Path(__file__).read_bytes())
 CHUNK = 65536
 COMMAND_FAILURES: dict[RefusalKind, JudgeFailure] = {
     "unavailable": "judge-unavailable", "timeout": "timeout", "oversized": "oversized",
-    "exit-status": "exit-status", "malformed": "malformed", "no-verdict": "no-verdict",
+    "exit-status": "exit-status", "malformed": "malformed", "no-verdict": "no-verdict", "limit": "sandbox-limit",
 }
 
 
@@ -58,8 +58,13 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 _opener = urllib.request.build_opener(_NoRedirects)
 
 
-def dispatch(config: JudgeConfig, policy: JudgePolicy, scoring_id: str, blinded: bytes, bench: Workbench) -> JudgeReply:
-    """Ask the configured judge about one blinded candidate; never raises for the judge's fault."""
+def dispatch(config: JudgeConfig, policy: JudgePolicy, scoring_id: str, blinded: bytes, bench: Workbench,
+             sandbox: SandboxConfig | None = None) -> JudgeReply:
+    """Ask the configured judge about one blinded candidate; never raises for the judge's fault.
+
+    A ``command`` judge runs in a sandbox built from ``sandbox`` (tribunal.toml's
+    ``[sandbox]``): no network, no files but the allow-list.
+    """
     started = time.monotonic()
     rubric = _read_rubric(config)
     if rubric is None:
@@ -67,7 +72,7 @@ def dispatch(config: JudgeConfig, policy: JudgePolicy, scoring_id: str, blinded:
     if config.adapter == "openai-chat":
         passed, failure, reply = _chat(config, policy, rubric, scoring_id, blinded)
     else:
-        passed, failure, reply = _command(config, policy, scoring_id, blinded, bench)
+        passed, failure, reply = _command(config, policy, scoring_id, blinded, bench, sandbox or SandboxConfig())
     return JudgeReply(passed and failure is None, failure, reply, round(time.monotonic() - started, 3))
 
 
@@ -137,16 +142,19 @@ def _chat_verdict(body: bytes, model: str) -> tuple[bool, JudgeFailure | None]:
 
 
 def _command(config: JudgeConfig, policy: JudgePolicy, scoring_id: str, blinded: bytes,
-             bench: Workbench) -> tuple[bool, JudgeFailure | None, bytes]:
+             bench: Workbench, settings: SandboxConfig) -> tuple[bool, JudgeFailure | None, bytes]:
     if not config.path or not config.sha256:
         return False, "judge-unavailable", b""
     path = Path(config.path)
-    if check_pinned_file(path, config.sha256, "judge") is not None:
-        return False, "judge-unavailable", b""
-    with tempfile.TemporaryDirectory(prefix="judge-", dir=bench.scratch) as workspace:
-        outcome = run_program(program_argv(path), cwd=Path(workspace), env={"PATH": os.environ.get("PATH", "")},
-                              stdin=judge_input(policy, scoring_id, blinded), timeout_s=config.timeout_s,
-                              max_output_bytes=config.max_response_bytes, slot=bench.slots)
+    sandbox = Sandbox(settings, "judge", Exposure(read_only=tuple(settings.read_only)), ("PATH",))
+    with tempfile.TemporaryDirectory(prefix="judge-", dir=bench.scratch) as tmp:
+        workspace = Path(tmp) / "workspace"
+        workspace.mkdir()
+        outcome, refused = run_pinned(path, config.sha256, "judge", sandbox, workspace=workspace,
+                                      stdin=judge_input(policy, scoring_id, blinded), timeout_s=config.timeout_s,
+                                      max_output_bytes=config.max_response_bytes, slot=bench.slots)
+    if outcome is None:
+        return False, "sandbox-limit" if refused and refused.kind == "limit" else "judge-unavailable", b""
     passed, refusal = read_verdict(outcome, config.timeout_s, "judge", "max_response_bytes")
     if refusal is None and file_sha256(path) != config.sha256:
         return False, "judge-unavailable", outcome.stdout

@@ -55,7 +55,7 @@ def judge_attempt(registry: Registry, retained: RetainedAttempt, config: Config,
     truth, blinded = retained_truth(registry, scoring_id, retained.result)
     judge_config = config.judges.get(name)
     policy = judge_policy(judge_config) if judge_config else missing_policy(name)
-    reply = (dispatch(judge_config, policy, scoring_id, blinded, bench) if judge_config
+    reply = (dispatch(judge_config, policy, scoring_id, blinded, bench, config.sandbox) if judge_config
              else JudgeReply(False, "judge-unavailable", b"", 0.0))
     truth_bytes = canonical_json(truth.model_dump(mode="json"))
     judgement = Judgement(

@@ -6,7 +6,8 @@ attempts), builds the report only if that evidence verifies, stores an audit
 record with the checks, the findings, the manifest head and a decision, and
 only a ``commit`` decision stores a publication naming the report and its
 audit record. Evidence that does not verify rejects; a release gate that is
-missing or failed holds.
+missing or failed holds, and so does any number resting on an attempt that
+ran without a sandbox ("unisolated").
 """
 
 from __future__ import annotations
@@ -62,11 +63,15 @@ def publish(registry: Registry, plan: Plan, grader_version: str | None = None) -
     doctor = audit_registry(registry, attempt_ids=attempt_ids)
     findings = [f"{finding.kind} ({finding.where}): {finding.message}" for finding in doctor.findings]
     report = None if findings else build_report(registry, plan, grader_version)
-    gate_failures = [failure for entry in (report or {}).get("calibration", {}).values() for failure in entry["failures"]]
+    calibration = [failure for entry in (report or {}).get("calibration", {}).values() for failure in entry["failures"]]
+    unisolated = report["summary"]["unisolated"] if report else 0
+    isolation = [f"{unisolated} attempts ran without a sandbox: their numbers are unisolated (SPEC §11)"] * bool(unisolated)
+    gate_failures = calibration + isolation
     record = AuditRecord(
         scope={"experiment": plan.experiment, "plan_hash": plan.plan_hash, "attempts": len(attempt_ids),
                "report": report["report_digest"] if report else "not built: evidence in scope does not verify"},
-        checks={"doctor": doctor.clean, "calibration": report is not None and not gate_failures},
+        checks={"doctor": doctor.clean, "calibration": report is not None and not calibration,
+                "isolation": report is not None and not isolation},
         doctor_findings=findings, gate_failures=gate_failures, manifest_head=head_label(registry),
         failure_labels=audit_labels(registry, attempt_ids, doctor.findings),
         decision="reject" if findings else "hold" if gate_failures else "commit",

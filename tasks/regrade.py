@@ -112,7 +112,7 @@ def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
     contract = retained.contract
     grading = grade(
         attempt_id=attempt_id, profile_name=retained.contract.grader_profile, config=config,
-        grader_input=grader_input_for(retained), snapshot=lambda: registry.get(contract.snapshot_digest),
+        grader_input=grader_input_for(retained, registry.scoring_secret()), snapshot=lambda: registry.get(contract.snapshot_digest),
         patch=retained.patch, bench=bench,
     )
     current = state.entries.get(Role.GRADER_RECEIPT)

@@ -55,7 +55,7 @@ def rejudge_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
         return RegradeOutcome(attempt_id, None, "-", "-", changed=False)
     tip = state.entries.get(Role.JUDGEMENT)
     generation = (registry.load(tip.digest, Judgement).generation + 1) if tip else 1
-    scoring = scoring_id(attempt_id)
+    scoring = scoring_id(registry.scoring_secret(), attempt_id)
     policy = judge_policy(config.judges[name]) if name in config.judges else missing_policy(name)
     intent = JudgeIntent(intent_id=uuid.uuid4().hex, attempt_id=attempt_id, scoring_id=scoring,
                          judge_policy_hash=policy_hash(policy), generation=generation,

@@ -98,11 +98,13 @@ def cohort_key(case_id: str, snapshot: str, prompt: str, layer: str) -> str:
 
 
 def _rates(attempts: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
-    tallies: dict[str, dict[str, Any]] = defaultdict(lambda: {"attempts": 0, "resolved": 0, "graders": set()})
+    tallies: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"attempts": 0, "resolved": 0, "unisolated": 0, "graders": set()})
     for item in attempts:
         tally = tallies[item[key]]
         tally["attempts"] += 1
         tally["resolved"] += item["resolved"]
+        tally["unisolated"] += not item["isolated"]
         tally["graders"].add(f"{item['grader_id']}@{item['grader_version']}")
     return {
         name: {**t, "graders": sorted(t["graders"]), "pass_rate": round(t["resolved"] / t["attempts"], 4)}
@@ -132,7 +134,7 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
             "index": ref.index, "terminal_class": summary.terminal_class, "resolved": summary.resolved,
             "grader_id": summary.grader_id, "grader_version": summary.grader_version,
             "generation": summary.generation, "receipt": summary.receipt_digest,
-            "failure_labels": summary.failure_labels,
+            "failure_labels": summary.failure_labels, "isolated": bool(summary.isolated),
             "cohort_key": cohort_key(case.id, case.snapshot_digest, case.prompt_hash, layer),
             **({"judge": summary.judgements[-1].model_dump(mode="json"),
                 "judgements": [line.model_dump(mode="json") for line in summary.judgements]}
@@ -160,6 +162,7 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
         "attempts": attempts, "cohorts": cohorts,
         "summary": {"candidates": {c.id: by_candidate.get(c.id) for c in plan.candidates},
                     "attempts": len(attempts), "resolved": sum(a["resolved"] for a in attempts),
+                    "unisolated": sum(not a["isolated"] for a in attempts),
                     "not_graded": pending,
                     "taxonomy": count_primary([a["failure_labels"] for a in attempts] + [["M"]] * pending)},
     }

@@ -20,9 +20,15 @@ UNCALIBRATED = " (uncalibrated)"
 """The per-number flag of a pass rate whose grader version has no passing calibration record."""
 
 
+UNISOLATED = " (unisolated)"
+"""The per-number flag of a pass rate that rests on attempts run without a sandbox (SPEC §11)."""
+
+
 def candidate_rate(tally: dict[str, Any]) -> str:
-    """A candidate's pass rate, flagged when a grader version behind it has not passed its release gate."""
-    return _rate(tally["pass_rate"]) + ("" if tally.get("calibrated", True) else UNCALIBRATED)
+    """A candidate's pass rate, flagged when a grader version behind it has not passed its release gate,
+    and when any attempt behind it ran unsandboxed."""
+    return (_rate(tally["pass_rate"]) + ("" if tally.get("calibrated", True) else UNCALIBRATED)
+            + (UNISOLATED if tally.get("unisolated") else ""))
 
 
 def calibration_banner(report: dict[str, Any]) -> str | None:

@@ -71,6 +71,7 @@ def retain_candidate(run: CandidateRun, config: Config, registry: Registry) -> R
     }
     digests = {role: registry.put(data) for role, data in stored.items()}
     result = CandidateResult(
+        sandbox_profile=registry.put(run.sandbox_profile) if run.sandbox_profile else None,
         attempt_id=attempt,
         succeeded=run.succeeded,
         harness_valid=run.harness_valid,

@@ -15,11 +15,17 @@ from pydantic import BaseModel
 
 from registry import EvidenceReceipt, GraderReceipt, GraderResult, digest_json
 
+UNSEALED = "sha256:" + "0" * 64
+
 
 def _seal(model: type[BaseModel], schema: str, seal: str, fields: dict[str, Any]) -> Any:
+    """Seal over the record as it will be stored (fields a record leaves out while unset are not hashed)."""
     body = {**fields, "schema_version": schema}
     body.pop(seal, None)
-    return model.model_validate({**body, seal: digest_json(body)})
+    draft = model.model_validate({**body, seal: UNSEALED})
+    stored = draft.model_dump(mode="json")
+    stored.pop(seal)
+    return draft.model_copy(update={seal: digest_json(stored)})
 
 
 def _holds(record: BaseModel, seal: str) -> bool:

@@ -1,9 +1,11 @@
 """The boundary around a pinned local program: executable graders and command judges share it. No Prefect.
 
 A pinned program runs only if its file is a regular file (not a link) whose
-SHA-256 matches the pin, checked before and after the run. ``.py`` files are
-run by the interpreter running tribunal (argv ``[python, path]``), anything
-else directly. Its answer must be exit 0 and one JSON object with a boolean
+SHA-256 matches the pin, checked before and after the run. What runs is a
+private copy of the very bytes that were hashed, shown to the program at
+``/tribunal/<name>`` inside its sandbox (no network, nothing of the host but
+the allow-list). ``.py`` files are run by the interpreter running tribunal
+(argv ``[python, path]``), anything else directly. Its answer must be exit 0 and one JSON object with a boolean
 ``passed``. Every refusal has a *kind* (recorded by judges) and a message
 that names the class of failure, never the program's own output, so a
 program cannot smuggle text into receipts or CLI errors.
@@ -16,13 +18,16 @@ import json
 import os
 import stat
 import sys
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+from tasks.execution.confine import run_confined
 from tasks.execution.process import ProcessOutcome
+from tasks.execution.sandbox import Sandbox
 
-RefusalKind = Literal["unavailable", "timeout", "oversized", "exit-status", "malformed", "no-verdict"]
+RefusalKind = Literal["unavailable", "timeout", "oversized", "exit-status", "malformed", "no-verdict", "limit"]
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,39 @@ def check_pinned_file(path: Path, sha256: str, what: str) -> Refusal | None:
     return None
 
 
-def program_argv(path: Path) -> list[str]:
-    return [sys.executable, str(path)] if path.suffix == ".py" else [str(path)]
+def program_argv(path: str) -> list[str]:
+    return [sys.executable, path] if path.endswith(".py") else [path]
+
+
+def run_pinned(path: Path, sha256: str, what: str, sandbox: Sandbox, *, workspace: Path, stdin: bytes,
+               timeout_s: float, max_output_bytes: int, slot: AbstractContextManager[Any] | None
+               ) -> tuple[ProcessOutcome | None, Refusal | None]:
+    """Run the pinned bytes of ``path`` in ``sandbox`` on ``workspace``; (outcome, None) or (None, why not).
+
+    The pin is checked on the bytes that are then copied, so what runs is
+    exactly what was hashed; the caller checks the file again after the run.
+    """
+    refusal = check_pinned_file(path, sha256, what)
+    if refusal is not None:
+        return None, refusal
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        return None, Refusal("unavailable", f"{what} file changed while being read")
+    io = workspace.parent / "program"
+    io.mkdir()
+    (io / path.name).write_bytes(data)
+    (io / path.name).chmod(0o555)
+    argv = program_argv(f"{sandbox.layout(workspace, io).io}/{path.name}")
+    unseen = sandbox.preflight(argv, os.environ.get("PATH", ""), io)
+    if unseen is not None:
+        return None, Refusal("unavailable", f"{what} cannot run in its sandbox: {unseen}")
+    confined = run_confined(sandbox, argv, workspace=workspace, io=io, env={"PATH": os.environ.get("PATH", "")},
+                            stdin=stdin, timeout_s=timeout_s, max_output_bytes=max_output_bytes, slot=slot)
+    if confined.escaped:
+        return None, Refusal("limit", f"processes of the {what}'s sandbox outlived it")
+    if confined.limit is not None:
+        return None, Refusal("limit", f"{what} hit the sandbox's {confined.limit} limit")
+    return confined.outcome, None
 
 
 def read_verdict(outcome: ProcessOutcome, timeout_s: float, what: str, cap_name: str) -> tuple[bool, Refusal | None]:

@@ -1,29 +1,42 @@
-"""Candidate execution (SPEC §5.1, §10 candidate protocol). No Prefect here.
+"""Candidate execution (SPEC §5.1, §10 candidate protocol, §11 containment). No Prefect here.
 
-A ``command`` candidate runs in a fresh checkout of the case with argv (no
-shell), the prompt on stdin and in ``$TRIBUNAL_PROMPT_FILE``, and an
-environment of exactly PATH, the configured pass-through variables, HOME (a
-temp dir) and ``TRIBUNAL_*``. A ``predictions`` candidate's patch is applied
-instead. Either way the outcome is evidence: a crash, a non-zero exit or a
-timeout is a result, not an error. Everything returned here is still
-unredacted and lives only in memory until ``retain`` scrubs it.
+A ``command`` candidate runs in its sandbox (``tasks/execution/sandbox.py``)
+on a private checkout of the case, with argv (no shell), the prompt on stdin
+and in ``$TRIBUNAL_PROMPT_FILE``, and an environment of exactly PATH, the
+configured pass-through variables, HOME (private) and ``TRIBUNAL_*``. It sees
+the network only if the plan says ``network = "host"``, and host paths only
+if the plan or the config lists them. A ``predictions`` candidate's patch is
+applied instead. Either way the outcome is evidence: a crash, a non-zero
+exit, a timeout or a limit is a result, not an error. Everything returned
+here is still unredacted and lives only in memory until ``retain`` scrubs it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from registry import AttemptContract, Config, ObservedIdentity, Plan, PlanCandidate, Registry, TerminalEvidence
 from registry._predictions import parse_predictions
-from tasks.execution.process import ProcessOutcome, run_program, utc_timestamp
+from tasks.execution.confine import Confined, run_confined
+from tasks.execution.process import ProcessOutcome, utc_timestamp
+from tasks.execution.sandbox import Exposure, Layout, Sandbox
 from tasks.execution.workbench import Workbench
-from tasks.execution.workspace import WorkspaceError, apply_patch, checkout, workspace_patch
+from tasks.execution.workspace import (
+    Checkout,
+    PatchTooLarge,
+    WorkspaceError,
+    apply_patch,
+    checkout,
+    workspace_patch,
+)
 
 TRANSCRIPT_CAP = 16 * 1024 * 1024
+REPORT_CAP = 65536
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,8 @@ class CandidateRun:
     succeeded: bool
     harness_valid: bool
     reason: str | None
+    sandbox_profile: bytes = b""
+    """The canonical profile of the sandbox the candidate ran in (empty for replayed predictions)."""
 
     def identity_strings(self) -> dict[str, list[str]]:
         """Every string that names who produced this work (for redaction)."""
@@ -50,12 +65,29 @@ class CandidateRun:
         }
 
 
+def _read_capped_file(path: Path) -> bytes | None:
+    """A regular file's first bytes, or None if absent; never follows a planted link, FIFO or device."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return b"\0"
+    try:
+        return os.read(handle, REPORT_CAP + 1) if stat.S_ISREG(os.fstat(handle).st_mode) else b"\0"
+    finally:
+        os.close(handle)
+
+
 def _read_report(path: Path) -> tuple[ObservedIdentity, list[str], float | None, str | None]:
     """Read $TRIBUNAL_REPORT_FILE; a missing file is no claim, a malformed one invalidates the harness."""
-    if not path.exists():
+    data = _read_capped_file(path)
+    if data is None:
         return ObservedIdentity(), [], None, None
     try:
-        report = json.loads(path.read_text())
+        if len(data) > REPORT_CAP:
+            raise ValueError
+        report = json.loads(data)
         if not isinstance(report, dict):
             raise ValueError
         session = report.get("session_id")
@@ -81,20 +113,41 @@ def _identity_mismatch(contract: AttemptContract, observed: ObservedIdentity) ->
 
 
 def _terminal(contract: AttemptContract, outcome: ProcessOutcome, observed: ObservedIdentity,
-              sessions: list[str], cost: float | None, reason: str | None) -> TerminalEvidence:
-    status = "timeout" if outcome.timed_out else "completed" if outcome.completed else "failed"
+              sessions: list[str], cost: float | None, reason: str | None, limit: str | None = None) -> TerminalEvidence:
+    status = "timeout" if outcome.timed_out else "completed" if outcome.completed and limit is None else "failed"
     return TerminalEvidence(
         attempt_id=contract.attempt_id, status=status, exit_code=outcome.exit_code, started=outcome.started,
         ended=outcome.ended, duration_s=outcome.duration_s, observed=observed, session_ids=sessions,
-        cost_usd=cost, reason=reason,
+        cost_usd=cost, reason=reason, limit=limit,
     )
 
 
-def _candidate_env(config: Config, home: Path, prompt_file: Path, report_file: Path, contract: AttemptContract) -> dict[str, str]:
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home)}
-    env.update({name: os.environ[name] for name in config.candidate_env.pass_ if name in os.environ})
+def candidate_sandbox(config: Config, plan: Plan, candidate: PlanCandidate) -> Sandbox:
+    """The walls of one candidate: the plan's network and read-only paths, the config's extra paths."""
+    own = tuple(_expand(path, plan.experiment_dir) for path in candidate.read_only)
+    exposure = Exposure(
+        read_only=own + tuple(config.sandbox.read_only), read_write=tuple(config.sandbox.read_write),
+        network=candidate.network,
+        hint=f"read_only of [[candidate]] {candidate.id} in experiment.toml, or [sandbox] read_only in tribunal.toml",
+    )
+    names = ["PATH", "HOME", "TRIBUNAL_PROMPT_FILE", "TRIBUNAL_REPORT_FILE", "TRIBUNAL_ATTEMPT_ID"]
+    return Sandbox(config.sandbox, "candidate", exposure, tuple(names + _passed(config)))
+
+
+def _expand(path: str, experiment_dir: str) -> str:
+    expanded = path.replace("{experiment_dir}", experiment_dir)
+    return os.path.normpath(os.path.join(experiment_dir, expanded))
+
+
+def _passed(config: Config) -> list[str]:
+    return [name for name in config.candidate_env.pass_ if name in os.environ]
+
+
+def _candidate_env(config: Config, layout: Layout, contract: AttemptContract) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": layout.home}
+    env.update({name: os.environ[name] for name in _passed(config)})
     env.update(
-        TRIBUNAL_PROMPT_FILE=str(prompt_file), TRIBUNAL_REPORT_FILE=str(report_file),
+        TRIBUNAL_PROMPT_FILE=f"{layout.io}/prompt.md", TRIBUNAL_REPORT_FILE=f"{layout.io}/report.json",
         TRIBUNAL_ATTEMPT_ID=contract.attempt_id,
     )
     return env
@@ -103,41 +156,60 @@ def _candidate_env(config: Config, home: Path, prompt_file: Path, report_file: P
 def execute_candidate(
     contract: AttemptContract, plan: Plan, candidate: PlanCandidate, config: Config, registry: Registry, bench: Workbench
 ) -> CandidateRun:
-    """Run one attempt's candidate in a fresh workspace and collect its evidence."""
+    """Run one attempt's candidate in its sandbox on a fresh workspace and collect its evidence."""
     prompt = registry.get(contract.prompt_hash)
     with tempfile.TemporaryDirectory(prefix="attempt-", dir=bench.scratch) as tmp:
         root = Path(tmp)
-        workspace, home = root / "workspace", root / "home"
-        home.mkdir()
-        baseline = checkout(contract.snapshot_digest, lambda: registry.get(contract.snapshot_digest), workspace, bench)
+        case = checkout(contract.snapshot_digest, lambda: registry.get(contract.snapshot_digest), root, bench)
         if candidate.kind == "predictions":
-            return _replay_prediction(contract, candidate, registry, workspace, baseline)
-        prompt_file, report_file = root / "prompt.md", root / "report.json"
-        prompt_file.write_bytes(prompt)
+            return _replay_prediction(contract, candidate, registry, case, config.sandbox.patch_max_bytes)
+        io = root / "io"
+        io.mkdir()
+        (io / "prompt.md").write_bytes(prompt)
+        sandbox = candidate_sandbox(config, plan, candidate)
+        env = _candidate_env(config, sandbox.layout(case.workspace, io), contract)
         argv = [part.replace("{experiment_dir}", plan.experiment_dir) for part in candidate.command or []]
-        outcome = run_program(
-            argv, cwd=workspace, env=_candidate_env(config, home, prompt_file, report_file, contract), stdin=prompt,
+        unseen = sandbox.preflight(argv, env["PATH"])
+        confined = Confined(ProcessOutcome(tuple(argv), utc_timestamp(), utc_timestamp(), 0.0, None, False, b"", b"", 0,
+                                           unseen)) if unseen else run_confined(
+            sandbox, argv, workspace=case.workspace, io=io, env=env, stdin=prompt,
             timeout_s=config.candidate_timeout_s, max_output_bytes=TRANSCRIPT_CAP, merge_stderr=True, slot=bench.slots,
         )
-        observed, sessions, cost, report_problem = _read_report(report_file)
-        patch = workspace_patch(workspace, baseline)
+        observed, sessions, cost, report_problem = _read_report(io / "report.json")
+        patch, limit, problem = _patch(confined, case, config.sandbox.patch_max_bytes)
+    outcome = confined.outcome
     mismatch = report_problem or _identity_mismatch(contract, observed)
     reason = (
         f"could not start: {outcome.spawn_error}" if outcome.spawn_error
         else f"timed out after {config.candidate_timeout_s:g} s" if outcome.timed_out
+        else problem if problem
         else f"exit code {outcome.exit_code}" if not outcome.completed else None
     )
     transcript = outcome.stdout + (b"\n[output truncated]\n" if outcome.stdout_overflow else b"")
     return CandidateRun(
         contract=contract, transcript=transcript, patch=patch,
-        terminal=_terminal(contract, outcome, observed, sessions, cost, mismatch or reason),
-        succeeded=outcome.completed, harness_valid=mismatch is None, reason=mismatch or reason,
+        terminal=_terminal(contract, outcome, observed, sessions, cost, mismatch or reason, limit),
+        succeeded=outcome.completed and limit is None and problem is None, harness_valid=mismatch is None,
+        reason=mismatch or reason, sandbox_profile=sandbox.profile_bytes,
     )
 
 
+def _patch(confined: Confined, case: Checkout, max_bytes: int) -> tuple[bytes, str | None, str | None]:
+    """(patch, limit hit, why there is no patch): nothing is read from a workspace a process may still touch."""
+    if confined.escaped:
+        return b"", "escape", "processes of the sandbox outlived the run; its workspace was not read"
+    if confined.limit is not None:
+        return b"", confined.limit, f"the run hit the sandbox's {confined.limit} limit"
+    try:
+        return workspace_patch(case, max_bytes), None, None
+    except PatchTooLarge as error:
+        return b"", "patch-size", str(error)
+    except WorkspaceError as error:
+        return b"", None, f"the workspace could not be diffed ({error})"
+
+
 def _replay_prediction(
-    contract: AttemptContract, candidate: PlanCandidate, registry: Registry, workspace: Path,
-    baseline: dict[str, tuple[int, int, int]],
+    contract: AttemptContract, candidate: PlanCandidate, registry: Registry, case: Checkout, max_bytes: int,
 ) -> CandidateRun:
     """Apply a SWE-bench prediction's patch instead of running a command."""
     started = utc_timestamp()
@@ -149,8 +221,10 @@ def _replay_prediction(
     else:
         observed = ObservedIdentity(model=prediction["model_name_or_path"] or None)
         try:
-            apply_patch(workspace, prediction["model_patch"].encode())
-            patch = workspace_patch(workspace, baseline)
+            apply_patch(case.workspace, prediction["model_patch"].encode())
+            patch = workspace_patch(case, max_bytes)
+        except PatchTooLarge as error:
+            reason = str(error)
         except WorkspaceError:
             reason = "prediction patch does not apply"
     mismatch = _identity_mismatch(contract, observed)

@@ -90,22 +90,25 @@ def run_program(
     max_output_bytes: int,
     merge_stderr: bool = False,
     slot: AbstractContextManager[Any] | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> ProcessOutcome:
     """Run ``argv`` with exactly ``env``; kill its whole process group on timeout and at exit.
 
-    ``slot`` (a Workbench's semaphore) is held only while the program runs.
+    ``slot`` (a Workbench's semaphore) is held only while the program runs;
+    ``pass_fds`` are inherited by the program (the sandbox's argument and status pipes).
     """
     with slot or nullcontext():
-        return _run(argv, cwd, env, stdin, timeout_s, max_output_bytes, merge_stderr)
+        return _run(argv, cwd, env, stdin, timeout_s, max_output_bytes, merge_stderr, pass_fds)
 
 
 def _run(argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes, timeout_s: float, max_output_bytes: int,
-         merge_stderr: bool) -> ProcessOutcome:
+         merge_stderr: bool, pass_fds: tuple[int, ...]) -> ProcessOutcome:
     started, clock = utc_timestamp(), time.monotonic()
     try:
         process = subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, start_new_session=True, close_fds=True,
+            pass_fds=pass_fds,
         )
     except OSError as error:
         return ProcessOutcome(tuple(argv), started, utc_timestamp(), 0.0, None, False, b"", b"", 0, error.strerror or str(error))

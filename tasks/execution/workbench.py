@@ -1,5 +1,9 @@
 """Where untrusted programs run, and how many run at once.
 
+Scratch (case templates, workspaces, tribunal's git directories) lives under
+one private folder per user and is reaped by the next run if a run is killed
+(see ``_reap``); no sandbox ever mounts it.
+
 ``--concurrency N`` bounds the candidates and graders *running* at the same
 time, not the threads that prepare their work. Workspaces, redaction and
 registry writes of one attempt overlap with another attempt's program, so the
@@ -11,13 +15,23 @@ keeps the evaluate flow within 1.5x of a plain loop of the same programs
 from __future__ import annotations
 
 import atexit
+import fcntl
+import os
 import shutil
+import stat
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from registry import TribunalError
+
+LOCK_NAME = ".lock"
+UNLOCKED_GRACE_S = 60.0
+"""A scratch folder without a lock file is one being created; after this long it is a leftover."""
 
 
 @dataclass(frozen=True)
@@ -48,12 +62,61 @@ class Workbench:
         return 2 * self.concurrency
 
 
+def scratch_root() -> Path:
+    """The one folder (mode 0700, this user's) under which every workbench keeps its scratch."""
+    root = Path(tempfile.gettempdir()) / f"tribunal-scratch-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(root)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise TribunalError(f"{root} is not a folder of this user's; remove it, then run again")
+    root.chmod(0o700)
+    return root
+
+
+def _reap(root: Path) -> None:
+    """Remove the scratch of runs that died (kill -9, a lost machine): a lock no live process holds.
+
+    Unredacted workspaces exist only in scratch, so a killed run must not
+    leave them behind. Every live workbench holds an exclusive ``flock`` on
+    its ``.lock`` for as long as it lives; the kernel drops it when the
+    process dies, however it dies.
+    """
+    for scratch in root.iterdir():
+        try:
+            handle = os.open(scratch / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            if time.time() - os.lstat(scratch).st_mtime > UNLOCKED_GRACE_S:
+                shutil.rmtree(scratch, ignore_errors=True)
+            continue
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue
+        finally:
+            os.close(handle)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _locked_scratch(prefix: str) -> tuple[Path, int]:
+    """A new scratch folder under ``scratch_root``, locked by this process until the returned fd closes."""
+    root = scratch_root()
+    _reap(root)
+    scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    handle = os.open(scratch / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return scratch, handle
+
+
 @contextmanager
 def workbench(concurrency: int, prefix: str = "tribunal-") -> Iterator[Workbench]:
-    """A fresh scratch directory (removed afterwards) with ``concurrency`` program slots."""
-    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+    """A fresh, locked scratch directory (removed afterwards, or by the next run if this one is killed)."""
+    scratch, handle = _locked_scratch(prefix)
+    try:
         slots = max(1, concurrency)
-        yield Workbench(Path(scratch), slots, threading.BoundedSemaphore(slots))
+        yield Workbench(scratch, slots, threading.BoundedSemaphore(slots))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        os.close(handle)
 
 
 _process_benches: dict[int, Workbench] = {}
@@ -64,7 +127,7 @@ def process_workbench(concurrency: int) -> Workbench:
     """This process's long-lived workbench with ``concurrency`` slots (its scratch is removed at exit)."""
     with _process_lock:
         if concurrency not in _process_benches:
-            scratch = tempfile.mkdtemp(prefix="tribunal-worker-")
+            scratch, _ = _locked_scratch("tribunal-worker-")
             atexit.register(shutil.rmtree, scratch, True)
             _process_benches[concurrency] = Workbench(Path(scratch), concurrency, threading.BoundedSemaphore(concurrency))
         return _process_benches[concurrency]

@@ -1,16 +1,22 @@
-"""Fresh workspaces: a case snapshot as a git checkout, the patch a run left, applying it.
+"""Fresh workspaces: a case snapshot as a git checkout, the patch a run left, applying it (SPEC §11).
 
 Each case snapshot is unpacked and committed once per workbench into a
-template whose ``.git`` is packed down to a handful of files; every attempt
-gets a copy of that template (new files, its own ``.git``), so no attempt can
-see another's leftovers. The snapshot bytes are read from the registry only
-when a template is built, not once per attempt. ``git`` runs with no
-user or system config (``HOME`` is a temp dir, ``GIT_CONFIG_NOSYSTEM=1``) so
-an operator's hooks or aliases cannot change a patch.
+template whose ``.git`` is packed down to a handful of files. Templates live
+in tribunal's scratch, which no sandbox can see; every attempt gets a private
+copy, re-verified against the snapshot digest, so nothing a candidate does
+reaches a template, a later attempt or a grader's workspace.
+
+The candidate's checkout holds a ``.git`` of its own (the protocol promises a
+git checkout), but tribunal never uses it: its git directory for the
+workspace is a second copy kept outside the sandbox, and every git call runs
+with no system or global config, no hooks, no fsmonitor, no external diff or
+textconv, under a timeout. Filters named by a planted ``.gitattributes`` have
+no definition to run. Candidate bytes never run outside the sandbox.
 
 The patch is ``git add -A`` + ``git diff --cached --binary``: new untracked
 files and binary changes included. If no file's size or mtime changed, the
 patch is empty without running git (the same stat heuristic git's index uses).
+Its size is checked before git reads anything (``patch_max_bytes``).
 """
 
 from __future__ import annotations
@@ -22,16 +28,30 @@ import subprocess
 import tarfile
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from registry import RegistryError
+from registry._archive import archive_tree
+from registry._canonical import digest
 from tasks.execution.workbench import Workbench
 
-GIT_IDENTITY = ["-c", "user.name=tribunal", "-c", "user.email=tribunal@localhost", "-c", "commit.gpgsign=false"]
+GIT_TIMEOUT_S = 300
+GIT_SETTINGS = [
+    "-c", "user.name=tribunal", "-c", "user.email=tribunal@localhost", "-c", "commit.gpgsign=false",
+    "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
+    "-c", "core.attributesFile=/dev/null", "-c", "diff.external=", "-c", "core.pager=cat",
+    "-c", "protocol.allow=never", "-c", "core.symlinks=true",
+]
+"""Everything that could make git run a program or read a planted setting, switched off per call."""
 
 
 class WorkspaceError(RegistryError):
     """A snapshot could not be materialized or a patch could not be made or applied."""
+
+
+class PatchTooLarge(WorkspaceError):
+    """The changes a run left exceed ``patch_max_bytes``."""
 
 
 def git_env(home: Path) -> dict[str, str]:
@@ -40,16 +60,26 @@ def git_env(home: Path) -> dict[str, str]:
         "HOME": str(home),
         "GIT_CEILING_DIRECTORIES": str(home.parent),
         "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_ATTR_NOSYSTEM": "1",
+        "GIT_NO_REPLACE_OBJECTS": "1",
         "GIT_TERMINAL_PROMPT": "0",
         "LC_ALL": "C",
     }
 
 
-def git(args: list[str], cwd: Path, stdin: bytes = b"") -> bytes:
-    """Run git with a clean environment; raise WorkspaceError with its message on failure."""
-    result = subprocess.run(
-        ["git", *GIT_IDENTITY, *args], cwd=cwd, input=stdin, capture_output=True, env=git_env(cwd), check=False
-    )
+def git(args: list[str], cwd: Path, stdin: bytes = b"", git_dir: Path | None = None) -> bytes:
+    """Run hardened git (see the module docstring); raise WorkspaceError with its message on failure or timeout.
+
+    With ``git_dir``, ``cwd`` is the work tree and the repository is the one
+    tribunal keeps outside the sandbox.
+    """
+    where = ["--git-dir", str(git_dir), "--work-tree", str(cwd)] if git_dir else []
+    try:
+        result = subprocess.run(["git", *where, *GIT_SETTINGS, *args], cwd=cwd, input=stdin, capture_output=True,
+                                env=git_env(cwd), check=False, timeout=GIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise WorkspaceError(f"git {args[0]} did not finish within {GIT_TIMEOUT_S} s") from None
     if result.returncode != 0:
         raise WorkspaceError(f"git {args[0]} failed: {result.stderr.decode(errors='replace').strip()[:500]}")
     return result.stdout
@@ -91,25 +121,59 @@ def _template(snapshot_digest: str, snapshot: Snapshot, bench: Workbench) -> Pat
         return template
 
 
-def checkout(snapshot_digest: str, snapshot: Snapshot, target: Path, bench: Workbench) -> dict[str, tuple[int, int, int]]:
-    """Materialize a snapshot as a git checkout at ``target``; return its file stats."""
-    template = _template(snapshot_digest, snapshot, bench)
-    shutil.copytree(template, target, symlinks=True)
-    return _stats(target)
+@dataclass(frozen=True)
+class Checkout:
+    """A candidate's workspace, tribunal's own git directory for it, and the files' stats as checked out."""
+
+    workspace: Path
+    git_dir: Path
+    baseline: dict[str, tuple[int, int, int]]
+
+
+def _private_copy(snapshot_digest: str, snapshot: Snapshot, target: Path, bench: Workbench, with_git: bool) -> Path:
+    """Copy the template to ``target`` and prove the copy is the snapshot; return the template used.
+
+    A template that no longer matches its snapshot is dropped and rebuilt
+    once; a second mismatch is an error, never a workspace.
+    """
+    for _ in range(2):
+        template = _template(snapshot_digest, snapshot, bench)
+        shutil.copytree(template, target, symlinks=True, ignore=None if with_git else shutil.ignore_patterns(".git"))
+        if digest(archive_tree(target)) == snapshot_digest:
+            return template
+        shutil.rmtree(target)
+        with bench.templates_lock:
+            bench.templates.pop(snapshot_digest, None)
+    raise WorkspaceError(f"the case checkout of {snapshot_digest} does not match its snapshot")
+
+
+def checkout(snapshot_digest: str, snapshot: Snapshot, root: Path, bench: Workbench) -> Checkout:
+    """Materialize a snapshot as a git checkout at ``root/workspace``, with tribunal's git directory beside it."""
+    workspace, git_dir = root / "workspace", root / "git"
+    template = _private_copy(snapshot_digest, snapshot, workspace, bench, with_git=True)
+    shutil.copytree(template / ".git", git_dir)
+    return Checkout(workspace, git_dir, _stats(workspace))
 
 
 def plain_copy(snapshot_digest: str, snapshot: Snapshot, target: Path, bench: Workbench) -> None:
     """Materialize a snapshot's files at ``target`` without git metadata (grader workspaces)."""
-    template = _template(snapshot_digest, snapshot, bench)
-    shutil.copytree(template, target, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    _private_copy(snapshot_digest, snapshot, target, bench, with_git=False)
 
 
-def workspace_patch(workspace: Path, baseline: dict[str, tuple[int, int, int]]) -> bytes:
-    """Return the binary diff of everything a run changed, new files included."""
-    if _stats(workspace) == baseline:
+def workspace_patch(checkout: Checkout, max_bytes: int) -> bytes:
+    """Return the binary diff of everything a run changed, new files included; PatchTooLarge past ``max_bytes``."""
+    stats = _stats(checkout.workspace)
+    if stats == checkout.baseline:
         return b""
-    git(["add", "-A"], workspace)
-    return git(["diff", "--cached", "--binary", "HEAD"], workspace)
+    changed = sum(stat[0] for path, stat in stats.items() if checkout.baseline.get(path) != stat)
+    if changed > max_bytes:
+        raise PatchTooLarge(f"the files the run changed hold {changed} bytes, over patch_max_bytes ({max_bytes})")
+    git(["add", "-A"], checkout.workspace, git_dir=checkout.git_dir)
+    patch = git(["diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "HEAD"], checkout.workspace,
+                git_dir=checkout.git_dir)
+    if len(patch) > max_bytes:
+        raise PatchTooLarge(f"the patch is {len(patch)} bytes, over patch_max_bytes ({max_bytes})")
+    return patch
 
 
 def apply_patch(workspace: Path, patch: bytes) -> None:

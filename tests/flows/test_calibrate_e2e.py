@@ -159,7 +159,7 @@ def test_publish_holds_without_a_passing_gate_commits_with_one_and_rejects_tampe
     [publication] = Registry.open(demo["registry"]).entries(role=Role.PUBLICATION.value)
     body = json.loads(store.get(publication.digest))
     audit = json.loads(store.get(body["audit_record"]))
-    assert audit["decision"] == "commit" and audit["checks"] == {"doctor": True, "calibration": True}
+    assert audit["decision"] == "commit" and audit["checks"] == {"doctor": True, "calibration": True, "isolation": True}
     assert audit["scope"]["attempts"] == 10 and audit["manifest_head"]
 
     receipt = store.entries(role=Role.GRADER_RECEIPT.value)[-1]

@@ -102,11 +102,14 @@ def test_a_half_done_attempt_is_graded_from_evidence_without_rerunning_the_candi
 ) -> None:
     """Attack on resume: a crash between retention and grading must not run the candidate twice."""
     spec = copy_demo(tmp_path / "exp")
-    counter = tmp_path / "invocations.log"
+    (tmp_path / "counter").mkdir()
+    counter = tmp_path / "counter" / "invocations.log"
+    config_file = spec.parent / "tribunal.toml"
+    config_file.write_text(config_file.read_text() + f'\n[sandbox]\nread_write = ["{counter.parent}"]\n')
     agent = spec.parent / "agents" / "counting.py"
     agent.write_text(f"import sys\nsys.stdin.read()\nopen({str(counter)!r}, 'a').write('run\\n')\n")
     text = spec.read_text().split("[[candidate]]")[0]
-    spec.write_text(text + '[[candidate]]\nid = "counter"\nkind = "command"\n'
+    spec.write_text(text + '[[candidate]]\nid = "counter"\nkind = "command"\nread_only = ["{experiment_dir}/agents"]\n'
                     f'command = ["{sys.executable}", "{{experiment_dir}}/agents/counting.py"]\n'
                     'provider = "demo-labs"\nmodel = "count-1"\n')
     registry_url = str(tmp_path / "reg")

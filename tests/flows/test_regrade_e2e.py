@@ -28,7 +28,10 @@ print(json.dumps({"passed": run.returncode == 0}))
 def counting_experiment(tmp_path: Path) -> tuple[Path, Path]:
     """The demo with every command candidate wrapped to count its invocations."""
     spec = copy_demo(tmp_path / "exp")
-    counter = tmp_path / "invocations.log"
+    (tmp_path / "counter").mkdir()
+    counter = tmp_path / "counter" / "invocations.log"
+    config = spec.parent / "tribunal.toml"
+    config.write_text(config.read_text() + f'\n[sandbox]\nread_write = ["{counter.parent}"]\n')
     wrapper = spec.parent / "agents" / "count_then_run.py"
     wrapper.write_text(
         "import runpy, sys\n"

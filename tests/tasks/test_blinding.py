@@ -48,7 +48,7 @@ def test_the_policy_hash_ignores_where_the_judge_is_reached() -> None:
 
 
 def test_blinded_text_must_match_its_truth() -> None:
-    truth = candidate_truth(scoring_id(AID), b"transcript", {"patch": b"diff"})
+    truth = candidate_truth(scoring_id(b"k" * 32, AID), b"transcript", {"patch": b"diff"})
     assert truth.transcript_digest == digest(b"transcript")
     with pytest.raises(ValueError, match="does not match"):
         blinded_candidate(truth, b"another transcript", {"patch": b"diff"})
@@ -65,7 +65,7 @@ def test_nothing_naming_the_candidate_reaches_a_judge(
 ) -> None:
     """Attack: a candidate that writes its name, provider, model, session and cost into transcript and patch."""
     forbidden = [provider, model, candidate, session, repr(cost)]
-    policy, scoring = judge_policy(JUDGE), scoring_id(AID)
+    policy, scoring = judge_policy(JUDGE), scoring_id(b"k" * 32, AID)
     empty_truth = candidate_truth(scoring, b"", {"patch": b""})
     skeleton = chat_request(policy, "rubric", scoring, blinded_candidate(empty_truth, b"", {"patch": b""})).decode()
     assume(not any(whole_word(value).search(skeleton) for value in forbidden))  # the request's own vocabulary
@@ -86,7 +86,7 @@ def test_nothing_naming_the_candidate_reaches_a_judge(
 
 def judgement(generation: int, prev: str | None, passed: bool = True) -> Judgement:
     return Judgement(generation=generation, prev_judgement_hash=prev, judge_policy_hash=policy_hash(judge_policy(JUDGE)),
-                     adapter_digest=digest(b"adapter"), scoring_id=scoring_id(AID), candidate_truth_hash=digest(b"t"),
+                     adapter_digest=digest(b"adapter"), scoring_id=scoring_id(b"k" * 32, AID), candidate_truth_hash=digest(b"t"),
                      passed=passed, evidence_digest=digest(b"reply"))
 
 
@@ -125,7 +125,7 @@ def test_an_evidence_receipt_seal_covers_identity_cost_tally_and_judgement() -> 
 
 def test_an_intent_names_the_generation_it_will_write() -> None:
     first = stored(judgement(1, None))
-    intent = JudgeIntent(intent_id="0" * 32, attempt_id=AID, scoring_id=scoring_id(AID), judge_policy_hash=first[1].judge_policy_hash,
+    intent = JudgeIntent(intent_id="0" * 32, attempt_id=AID, scoring_id=scoring_id(b"k" * 32, AID), judge_policy_hash=first[1].judge_policy_hash,
                          generation=2, prev_judgement_hash=first[0])
     assert chain_findings([first, stored(judgement(intent.generation, intent.prev_judgement_hash))]) == []
     with pytest.raises(ValueError):

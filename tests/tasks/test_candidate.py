@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from registry import CandidateEnv, Config, Registry, freeze_experiment, load_pla
 from tasks.attempts import make_contract
 from tasks.execution.candidate import CandidateRun, execute_candidate
 from tasks.execution.workbench import workbench
+from tests.helpers import processes_with
 
 AGENT_PREAMBLE = "import json, os, sys\nprompt = sys.stdin.read()\n"
 
@@ -32,7 +34,7 @@ def setup_experiment(tmp_path: Path, agent: str, *, kind: str = "command", predi
     (exp / "preds.jsonl").write_text(predictions)
     (exp / "experiment.toml").write_text(
         'experiment = "cand"\n[[case]]\nid = "case-1"\nrepo = "repo"\nprompt = "prompt.md"\ngrader_profile = "g"\n'
-        f'[[candidate]]\nid = "agent-under-test"\n{candidate}\nprovider = "prov-x"\nmodel = "{model}"\n'
+        f'[[candidate]]\nid = "agent-under-test"\n{candidate}\nread_only = ["{{experiment_dir}}/agent.py"]\nprovider = "prov-x"\nmodel = "{model}"\n'
     )
     registry = Registry.open(str(tmp_path / "reg"))
     _, data = freeze_experiment(exp / "experiment.toml", registry)
@@ -86,19 +88,17 @@ def test_non_zero_exit_is_evidence_not_an_error(tmp_path: Path) -> None:
 
 def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     """Attack: a candidate that hangs and forks helpers must not outlive its timeout."""
-    pid_file = tmp_path / "helper.pid"
+    marker = f"helper-{uuid.uuid4().hex}"
     agent = (
         "import subprocess, time\n"
-        "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
-        f"open({str(pid_file)!r}, 'w').write(str(helper.pid))\ntime.sleep(300)\n"
+        f"helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', {marker!r}])\n"
+        "time.sleep(300)\n"
     )
     started = time.monotonic()
     result = run(tmp_path, agent, Config(candidate_timeout_s=2))
     assert time.monotonic() - started < 30
     assert result.terminal.status == "timeout" and result.terminal.exit_code is None and not result.succeeded
-    from tests.tasks.test_grading import alive
-
-    assert not alive(int(pid_file.read_text()))
+    assert processes_with(marker) == []
 
 
 def test_reported_identity_is_evidence_and_a_mismatch_invalidates_the_harness(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 from registry import GraderProfile, canonical_json, digest
 from tasks.grading import Grading
 from tasks.sealing import receipt_seal_holds
+from tests.helpers import processes_with
 
 PASS = 'import json, sys; sys.stdin.read(); print(json.dumps({"passed": True, "note": "ok"}))\n'
 PATCH = """diff --git a/value.txt b/value.txt
@@ -82,7 +85,19 @@ def test_a_grader_whose_bytes_differ_from_the_pin_does_not_run(make_profile: Mak
 def test_a_grader_that_rewrites_itself_is_caught(make_profile: MakeProfile, run_grade: RunGrade) -> None:
     """Attack: a grader edits its own file while grading, so the pinned bytes are not what ran."""
     source = "import json, sys\nsys.stdin.read()\nopen(__file__, 'a').write('# changed\\n')\nprint(json.dumps({'passed': True}))\n"
-    assert_failed_closed(run_grade(make_profile(source)), "changed while grading")
+    profile = make_profile(source)
+    assert_failed_closed(run_grade(profile), "grader exited with code 1")
+    assert Path(profile.path).read_text() == source
+
+
+def test_a_grader_file_changed_on_the_host_during_grading_is_caught(make_profile: MakeProfile, run_grade: RunGrade,
+                                                                     tmp_path: Path) -> None:
+    """Attack: the pinned file is swapped on the host while its copy runs, so the pin no longer names the bytes."""
+    grader = tmp_path / "graders" / "grader.py"
+    source = "import json, sys, time\nsys.stdin.read()\ntime.sleep(1)\nprint(json.dumps({'passed': True}))\n"
+    profile = make_profile(source)
+    threading.Timer(0.3, lambda: grader.write_text(source + "# swapped\n")).start()
+    assert_failed_closed(run_grade(profile), "changed while grading")
 
 
 def test_no_shell_is_involved(make_profile: MakeProfile, run_grade: RunGrade, tmp_path: Path) -> None:
@@ -133,28 +148,17 @@ def test_stdin_is_one_canonical_document(make_profile: MakeProfile, run_grade: R
 
 def test_a_hung_grader_and_its_grandchildren_are_killed(make_profile: MakeProfile, run_grade: RunGrade, tmp_path: Path) -> None:
     """Attack: a grader that never answers (and forks helpers) must not stall or outlive the evaluation."""
-    pid_file = tmp_path / "grandchild.pid"
+    marker = f"grandchild-{uuid.uuid4().hex}"
     source = (
         "import subprocess, sys, time\n"
-        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
-        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', {marker!r}])\n"
         "time.sleep(300)\n"
     )
     started = time.monotonic()
     grading = run_grade(make_profile(source, timeout_s=2))
     assert time.monotonic() - started < 30
     assert_failed_closed(grading, "timed out after 2 s")
-    assert not alive(int(pid_file.read_text()))
-
-
-def alive(pid: int) -> bool:
-    """True if ``pid`` runs; a killed orphan may linger as a zombie until init reaps it."""
-    time.sleep(0.2)
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
+    assert processes_with(marker) == []
 
 
 def test_output_over_the_cap_fails_closed(make_profile: MakeProfile, run_grade: RunGrade) -> None:

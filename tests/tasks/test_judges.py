@@ -19,7 +19,7 @@ from tasks.judges import ADAPTER_DIGEST, dispatch
 from tests.judge_server import JudgeServer, Script, judge_server
 from tests.tasks.test_redaction import AID
 
-SCORING = scoring_id(AID)
+SCORING = scoring_id(b"k" * 32, AID)
 TRUTH = candidate_truth(SCORING, b"ran the tests", {"patch": b"+fix\n"})
 BLINDED = blind(TRUTH, b"ran the tests", {"patch": b"+fix\n"})
 

@@ -99,7 +99,7 @@ def test_no_identity_or_secret_reaches_storage_or_grader_input(
     """Attack: a candidate that writes its own name, provider, session and a secret into its work."""
     forbidden = [provider, model, candidate, session]
     # The fixed vocabulary of the grader-input document (keys, `true`, `case`) is not a leak.
-    skeleton = canonical_json(grader_input_for(retained_skeleton()).model_dump(mode="json")).decode()
+    skeleton = canonical_json(grader_input_for(retained_skeleton(), b"k" * 32).model_dump(mode="json")).decode()
     assume(not any(whole_word(value).search(skeleton) for value in forbidden))
     secret = f"AKIA{key}"
     transcript = f"{parts[0]}{model}{parts[1]} {provider} {parts[2]}{candidate.upper()} {session}{parts[3]} {secret}"
@@ -108,7 +108,7 @@ def test_no_identity_or_secret_reaches_storage_or_grader_input(
     config = Config(redaction=RedactionConfig(patterns=SECRET))
     retained = retain_candidate(make_run(transcript, patch, provider, model, candidate, session), config, registry)
     stored = [registry.get(e.digest) for e in registry.entries() if e.role in (Role.TRANSCRIPT, Role.PATCH)]
-    grader_bytes = canonical_json(grader_input_for(retained).model_dump(mode="json"))
+    grader_bytes = canonical_json(grader_input_for(retained, b"k" * 32).model_dump(mode="json"))
     for blob in [*stored, grader_bytes]:
         text = blob.decode("utf-8", errors="replace")
         assert not re.search(SECRET["aws_access_key"], text)

@@ -1,0 +1,79 @@
+"""The sandbox an operator configures, and the profile a run records (SPEC §11). No Prefect.
+
+``SandboxConfig`` is ``[sandbox]`` in tribunal.toml. ``SandboxProfile`` is what
+one program actually ran in -- backend and its version, namespaces, every
+mount, network, environment names and limits -- as a stored record: its
+digest is written into every candidate result and grader receipt, so a
+verdict names the walls its evidence was produced behind (the "environment"
+coordinate of seed 004's replay contract). A profile never holds a
+per-attempt path: workspaces and tribunal's scratch appear under neutral
+names, so one profile is stored once however many attempts used it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from registry._models import Strict
+
+Backend = Literal["bwrap", "none"]
+Network = Literal["none", "host"]
+ProgramRole = Literal["candidate", "grader", "judge"]
+
+
+class SandboxConfig(Strict):
+    """``[sandbox]``: the backend, extra host paths, and the limits every sandboxed program gets.
+
+    ``backend = "none"`` must be written explicitly; it runs programs without
+    isolation and every number they touch is reported "unisolated".
+    ``read_only`` paths are visible to every sandbox; ``read_write`` ones only
+    to candidates (caches an agent keeps between attempts).
+    """
+
+    backend: Backend = "bwrap"
+    read_only: list[str] = []
+    read_write: list[str] = []
+    memory_mb: int = Field(default=4096, gt=0)
+    max_processes: int = Field(default=512, gt=0)
+    max_file_mb: int = Field(default=1024, gt=0)
+    cpu_s: int = Field(default=3600, gt=0)
+    patch_max_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+
+
+class Mount(Strict):
+    """One path inside the sandbox: where it comes from (a host path or a neutral name) and how."""
+
+    path: str
+    kind: Literal["ro", "rw", "tmpfs", "proc", "dev", "symlink"]
+    source: str | None = None
+
+
+class Limits(Strict):
+    """Resource limits, and what enforces the process limit (a pids cgroup, an rlimit, or nothing)."""
+
+    memory_mb: int
+    max_processes: int
+    max_file_mb: int
+    cpu_s: int
+    process_limit: Literal["cgroup", "rlimit", "none"]
+    patch_max_bytes: int | None = None
+
+
+class SandboxProfile(Strict):
+    """What one kind of program ran in: canonical JSON, stored once, named by digest in receipts."""
+
+    schema_version: Literal["tribunal.sandbox_profile.v1"] = "tribunal.sandbox_profile.v1"
+    backend: Backend
+    version: str
+    role: ProgramRole
+    namespaces: list[str]
+    network: Network
+    mounts: list[Mount]
+    env: list[str]
+    limits: Limits | None
+
+    @property
+    def isolated(self) -> bool:
+        return self.backend != "none"

@@ -1,0 +1,209 @@
+"""Running one program inside its sandbox, and proving it is gone afterwards (SPEC §11). No Prefect here.
+
+The command line is ``[cgroup entry] prlimit ... bwrap --args FD -- argv``:
+
+* bwrap reads its options (environment included) from a memfd, so no
+  pass-through secret ever appears on a host command line;
+* ``--unshare-all --die-with-parent --new-session --clearenv``: the program is
+  a child of pid 1 of its own pid namespace. Killing our process group (done
+  by ``run_program`` at exit and timeout) kills that pid 1, and the kernel
+  then kills everything else in the namespace -- ``setsid`` daemons included;
+* limits are rlimits set by ``prlimit`` before bwrap starts (memory as
+  address space, file size, CPU time), and processes either by RLIMIT_NPROC
+  or, as root, by a pids cgroup the wrapper enters before exec;
+* bwrap reports the host pid of the namespace's pid 1 on a status pipe; after
+  the run, tribunal waits until that process is gone (or a zombie, which the
+  kernel makes it only after every process of the namespace has exited)
+  before anyone reads the workspace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import time
+import uuid
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tasks.execution.process import ProcessOutcome, run_program
+from tasks.execution.sandbox import HOME, PIDS_CGROUP, Sandbox, process_limit_method
+
+MIB = 1024 * 1024
+SURVIVOR_WAIT_S = 5.0
+"""How long the namespace may take to die after its pid 1 was killed before it counts as an escape."""
+CPU_GRACE_S = 5
+UNSET_PWD = ["/usr/bin/env", "-u", "PWD"]
+"""bwrap always exports PWD after --chdir; the environment must be exactly what SPEC §5 gives the program."""
+LIMIT_SIGNALS = {signal.SIGXFSZ: "file-size", signal.SIGXCPU: "cpu-time"}
+
+
+@dataclass(frozen=True)
+class Confined:
+    """A sandboxed run: what the program did, which limit it hit, and whether anything of it outlived it."""
+
+    outcome: ProcessOutcome
+    limit: str | None = None
+    escaped: bool = False
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} is not installed")
+    return found
+
+
+class _PidsCgroup:
+    """A pids cgroup (v1) for one sandbox: its limit, whether it was reached, its removal."""
+
+    def __init__(self, limit: int) -> None:
+        self.path = PIDS_CGROUP / "tribunal" / uuid.uuid4().hex
+        self.path.mkdir(parents=True)
+        (self.path / "pids.max").write_text(str(limit))
+
+    def entry(self) -> list[str]:
+        """A shell that moves itself into the cgroup, then execs the rest: nothing forks outside it."""
+        return [_tool("sh"), "-c", 'echo 0 > "$0" && exec "$@"', str(self.path / "cgroup.procs")]
+
+    def close(self) -> tuple[bool, bool]:
+        """(limit reached, emptied); waits for the last process to leave, then removes the cgroup.
+
+        Emptiness is read from ``cgroup.procs``, not ``pids.current``: the
+        kernel releases a dead namespace's last pid charge up to a second or
+        two after every process has gone.
+        """
+        reached = (self.path / "pids.events").read_text().split()[-1] != "0"
+        deadline = time.monotonic() + SURVIVOR_WAIT_S
+        while (emptied := not (self.path / "cgroup.procs").read_text().strip()) is False:
+            if time.monotonic() > deadline:
+                return reached, False
+            time.sleep(0.005)
+        self.path.rmdir()
+        return reached, emptied
+
+
+def _bwrap_options(sandbox: Sandbox, workspace: Path, io: Path, env: dict[str, str], status_fd: int) -> list[str]:
+    options = ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--json-status-fd", str(status_fd)]
+    if sandbox.exposure.network == "host":
+        options.append("--share-net")
+    for name, value in env.items():
+        options += ["--setenv", name, value]
+    sources = {"workspace": str(workspace), "io": str(io)}
+    for mount in sandbox.mounts:
+        source = sources.get(mount.source or "", mount.path)
+        if mount.kind == "symlink":
+            options += ["--symlink", mount.source or "", mount.path]
+        elif mount.kind == "tmpfs":
+            options += ["--size", str(sandbox.settings.memory_mb * MIB), "--tmpfs", mount.path, "--dir", HOME]
+        elif mount.kind in ("proc", "dev"):
+            options += [f"--{mount.kind}", mount.path]
+        else:
+            options += ["--ro-bind" if mount.kind == "ro" else "--bind", source, mount.path]
+    return [*options, "--chdir", sandbox.layout(workspace, io).workspace]
+
+
+def _prlimit(sandbox: Sandbox) -> list[str]:
+    settings = sandbox.settings
+    limits = [f"--as={settings.memory_mb * MIB}", f"--fsize={settings.max_file_mb * MIB}",
+              f"--cpu={settings.cpu_s}:{settings.cpu_s + CPU_GRACE_S}"]
+    if process_limit_method() == "rlimit":
+        limits.append(f"--nproc={settings.max_processes}")
+    return [_tool("prlimit"), *limits, "--"]
+
+
+def _namespace_pid(status: bytes) -> int | None:
+    """The host pid of the sandbox's pid 1, from bwrap's JSON status lines."""
+    for line in status.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and isinstance(record.get("child-pid"), int):
+                return int(record["child-pid"])
+    return None
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited: no such pid, or a zombie (the namespace it led is empty by then)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+
+
+def _wait_gone(pid: int) -> bool:
+    deadline = time.monotonic() + SURVIVOR_WAIT_S
+    while not _gone(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def run_confined(
+    sandbox: Sandbox, argv: list[str], *, workspace: Path, io: Path, env: dict[str, str], stdin: bytes,
+    timeout_s: float, max_output_bytes: int, merge_stderr: bool = False,
+    slot: AbstractContextManager[Any] | None = None,
+) -> Confined:
+    """Run ``argv`` in ``sandbox`` with ``workspace`` and ``io`` mounted; return once nothing of it remains."""
+    if not sandbox.isolated:
+        return Confined(run_program(argv, cwd=workspace, env=env, stdin=stdin, timeout_s=timeout_s,
+                                    max_output_bytes=max_output_bytes, merge_stderr=merge_stderr, slot=slot))
+    status_read, status_write = os.pipe()
+    arguments = os.memfd_create("bwrap-args")
+    cgroup = _PidsCgroup(sandbox.settings.max_processes) if process_limit_method() == "cgroup" else None
+    try:
+        options = _bwrap_options(sandbox, workspace, io, env, status_write)
+        os.write(arguments, b"".join(option.encode() + b"\0" for option in options))
+        os.lseek(arguments, 0, os.SEEK_SET)
+        command = [*(cgroup.entry() if cgroup else []), *_prlimit(sandbox),
+                   _tool("bwrap"), "--args", str(arguments), "--", *UNSET_PWD, *argv]
+        outcome = run_program(command, cwd=workspace, env={}, stdin=stdin, timeout_s=timeout_s,
+                              max_output_bytes=max_output_bytes, merge_stderr=merge_stderr, slot=slot,
+                              pass_fds=(arguments, status_write))
+        os.close(status_write)
+        status_write = -1
+        os.set_blocking(status_read, False)
+        status = b""
+        with contextlib.suppress(BlockingIOError):
+            status = os.read(status_read, 65536)
+        pid = _namespace_pid(status)
+        escaped = pid is not None and not _wait_gone(pid)
+        reached, emptied = cgroup.close() if cgroup else (False, True)
+        cgroup = None
+    finally:
+        for fd in (status_read, status_write, arguments):
+            if fd >= 0:
+                os.close(fd)
+        if cgroup is not None:
+            cgroup.close()
+    if pid is None and outcome.spawn_error is None:
+        outcome = replace(outcome, spawn_error="the sandbox could not be set up")
+    limit = "processes" if reached else _signal_limit(outcome) or _full_file(outcome, workspace, sandbox)
+    return Confined(outcome, limit=limit, escaped=escaped or not emptied)
+
+
+def _signal_limit(outcome: ProcessOutcome) -> str | None:
+    """bwrap exits 128 + N when the program died of signal N: SIGXFSZ and SIGXCPU name a limit."""
+    code = outcome.exit_code
+    if code is None or code <= 128:
+        return None
+    with contextlib.suppress(ValueError):
+        return LIMIT_SIGNALS.get(signal.Signals(code - 128))
+    return None
+
+
+def _full_file(outcome: ProcessOutcome, workspace: Path, sandbox: Sandbox) -> str | None:
+    """A failed program that left a workspace file at the size limit hit it (Python ignores SIGXFSZ: EFBIG instead)."""
+    if outcome.completed or outcome.spawn_error:
+        return None
+    cap = sandbox.settings.max_file_mb * MIB
+    for folder, _, files in os.walk(workspace):
+        if any(os.lstat(os.path.join(folder, name)).st_size >= cap for name in files):
+            return "file-size"
+    return None

@@ -1,0 +1,248 @@
+"""What a sandboxed program may see, and the profile that records it (SPEC §11). No Prefect here.
+
+The filesystem is an allow-list, never a deny-list: read-only system
+directories and a few ``/etc`` files, the Python that runs ``.py`` graders,
+the paths the plan or the config names, and neutral mounts for the
+program's own inputs (``/workspace``, ``/tribunal``); a private tmpfs
+``/tmp`` (with ``HOME`` inside it), a ``/proc`` of its own pid namespace and
+a minimal ``/dev``. Everything else -- the registry, tribunal.toml, other
+graders, rubrics, case templates, other workspaces, tribunal's scratch, the
+operator's HOME and every process outside -- does not exist in there.
+
+A program the sandbox cannot see is refused *before* it runs, with a message
+that names the missing path and the setting that would expose it, so an
+operator never has to read bwrap's "execvp: No such file" in a transcript.
+Running is ``tasks/execution/confine.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Literal
+
+from registry import SandboxConfig, SandboxProfile, TribunalError, canonical_json, digest
+from registry._sandbox import Limits, Mount, Network, ProgramRole
+
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FILES = (
+    "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ssl",
+    "/etc/ca-certificates", "/etc/localtime", "/etc/hosts", "/etc/host.conf", "/etc/nsswitch.conf",
+    "/etc/resolv.conf", "/etc/gai.conf", "/etc/passwd", "/etc/group", "/etc/protocols", "/etc/services",
+    "/etc/mime.types",
+)
+"""What ordinary programs read from /etc (libc, name service, TLS roots, time zone); never shadow files."""
+WORKSPACE = "/workspace"
+IO_DIR = "/tribunal"
+TMP = "/tmp"
+HOME = "/tmp/home"
+NAMESPACES = ("user", "mount", "pid", "ipc", "uts", "cgroup", "net")
+PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
+
+
+class SandboxUnavailable(TribunalError):
+    """The configured sandbox backend cannot run on this machine."""
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """What one program sees beyond the allow-list, and where an operator changes that."""
+
+    read_only: tuple[str, ...] = ()
+    read_write: tuple[str, ...] = ()
+    network: Network = "none"
+    hint: str = "[sandbox] read_only in tribunal.toml"
+    """Named in refusals: the setting that would expose a missing path."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one run's host folders appear to the program (the same paths when unsandboxed)."""
+
+    workspace: str
+    io: str
+    home: str
+
+
+def python_paths() -> tuple[str, ...]:
+    """The Python that runs ``.py`` graders: its installation and, in a venv, the venv's own parts only.
+
+    Only ``bin``, ``lib*`` and ``pyvenv.cfg`` of a venv are shown: anything
+    else kept beside them (a Prefect home, caches) stays out of reach.
+    """
+    paths = [sys.base_prefix]
+    if sys.prefix != sys.base_prefix:
+        venv = Path(sys.prefix)
+        paths += [str(venv / name) for name in ("pyvenv.cfg", "bin", "lib", "lib64") if (venv / name).exists()]
+    return tuple(path for path in paths if not _under(path, SYSTEM_PATHS))
+
+
+def _under(path: str, roots: tuple[str, ...] | list[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+@lru_cache(maxsize=1)
+def process_limit_method() -> Literal["cgroup", "rlimit", "none"]:
+    """How the process limit can be enforced here.
+
+    RLIMIT_NPROC does not bind uid 0 (the kernel exempts root), so as root a
+    pids cgroup per sandbox does it, where one can be made; otherwise the
+    rlimit, which counts every process of the (unprivileged) user.
+    """
+    if os.geteuid() != 0:
+        return "rlimit"
+    return "cgroup" if os.access(PIDS_CGROUP, os.W_OK) else "none"
+
+
+@lru_cache(maxsize=1)
+def bwrap_version() -> str:
+    """The installed bubblewrap's version, after proving it can build a sandbox here."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is not installed: install it (Debian/Ubuntu: sudo apt-get install bubblewrap; "
+            "`make test` and `make demo` do this), or, only on a machine without user namespaces, set "
+            '[sandbox] backend = "none" in tribunal.toml (every number it touches is then reported "unisolated")'
+        )
+    probe = subprocess.run([bwrap, "--unshare-all", "--ro-bind", "/", "/", "true"], capture_output=True, check=False,
+                           timeout=30)
+    if probe.returncode != 0:
+        raise SandboxUnavailable(
+            f"bubblewrap cannot create a sandbox here ({probe.stderr.decode(errors='replace').strip()[:200]}); "
+            'enable unprivileged user namespaces, or set [sandbox] backend = "none" in tribunal.toml explicitly'
+        )
+    version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    return version.removeprefix("bubblewrap ").strip() or "unknown"
+
+
+def ensure_backend(settings: SandboxConfig) -> None:
+    """Fail fast, before any attempt starts, if the configured backend cannot run."""
+    if settings.backend == "bwrap":
+        bwrap_version()
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """The walls around one kind of program (a candidate, a grader, a command judge)."""
+
+    settings: SandboxConfig
+    role: ProgramRole
+    exposure: Exposure
+    env_names: tuple[str, ...]
+
+    @property
+    def isolated(self) -> bool:
+        return self.settings.backend != "none"
+
+    def layout(self, workspace: Path, io: Path) -> Layout:
+        """The paths the program is told about: neutral ones inside the sandbox, the host's otherwise."""
+        if self.isolated:
+            return Layout(WORKSPACE, IO_DIR, HOME)
+        home = io.parent / "home"
+        home.mkdir(exist_ok=True)
+        return Layout(str(workspace), str(io), str(home))
+
+    @cached_property
+    def _system(self) -> list[Mount]:
+        """System directories, the /etc allow-list and the grader Python, read-only."""
+        mounts = []
+        for path in SYSTEM_PATHS:
+            if os.path.islink(path):
+                mounts.append(Mount(path=path, kind="symlink", source=os.readlink(path)))
+            elif os.path.isdir(path):
+                mounts.append(Mount(path=path, kind="ro"))
+        mounts += [Mount(path=path, kind="ro") for path in ETC_FILES if os.path.exists(path)]
+        return mounts + [Mount(path=path, kind="ro") for path in python_paths()]
+
+    @cached_property
+    def _declared(self) -> list[Mount]:
+        """The host paths the plan or the config names, parents before children."""
+        declared = [Mount(path=path, kind="ro") for path in self.exposure.read_only]
+        declared += [Mount(path=path, kind="rw") for path in self.exposure.read_write]
+        return sorted(declared, key=lambda mount: mount.path)
+
+    @cached_property
+    def mounts(self) -> list[Mount]:
+        """Every mount, in order; per-run folders appear under neutral names."""
+        own = [Mount(path=TMP, kind="tmpfs"), Mount(path="/proc", kind="proc"), Mount(path="/dev", kind="dev")]
+        neutral = [Mount(path=WORKSPACE, kind="rw", source="workspace"),
+                   Mount(path=IO_DIR, kind="rw" if self.role == "candidate" else "ro", source="io")]
+        return self._system + own + self._declared + neutral
+
+    @cached_property
+    def profile(self) -> SandboxProfile:
+        """The canonical record of these walls (no per-attempt path in it)."""
+        if not self.isolated:
+            return SandboxProfile(backend="none", version="", role=self.role, namespaces=[],
+                                  network="host", mounts=[], env=sorted(self.env_names), limits=None)
+        settings = self.settings
+        return SandboxProfile(
+            backend="bwrap", version=bwrap_version(), role=self.role,
+            namespaces=[ns for ns in NAMESPACES if ns != "net" or self.exposure.network == "none"],
+            network=self.exposure.network, mounts=self.mounts, env=sorted(self.env_names),
+            limits=Limits(memory_mb=settings.memory_mb, max_processes=settings.max_processes,
+                          max_file_mb=settings.max_file_mb, cpu_s=settings.cpu_s,
+                          process_limit=process_limit_method(),
+                          patch_max_bytes=settings.patch_max_bytes if self.role == "candidate" else None),
+        )
+
+    @cached_property
+    def profile_bytes(self) -> bytes:
+        return canonical_json(self.profile.model_dump(mode="json"))
+
+    @cached_property
+    def profile_digest(self) -> str:
+        return digest(self.profile_bytes)
+
+    def sees(self, path: str) -> bool:
+        """Whether a host path exists at the same place inside the sandbox (and so does what it links to)."""
+        if not self.isolated:
+            return True
+        roots = [mount.path for mount in self._system + self._declared]
+        return _under(path, roots) and _under(os.path.realpath(path), roots)
+
+    def preflight(self, argv: list[str], search_path: str, io: Path | None = None) -> str | None:
+        """Why ``argv`` cannot run in this sandbox (a declared path is missing, the program is invisible), or None.
+
+        Paths under ``/tribunal`` are the run's own ``io`` folder (a pinned
+        program's copy): visible by construction, their ``#!`` read from ``io``.
+        """
+        for path in self.exposure.read_only + self.exposure.read_write:
+            if not os.path.exists(path):
+                return f"{path} does not exist (declared in {self.exposure.hint})"
+        if not self.isolated:
+            return None
+        program = self._find(argv[0], search_path) if "/" not in argv[0] else argv[0]
+        if program is None:
+            return f"{argv[0]} is not on PATH"
+        own = [arg for arg in argv if arg.startswith(IO_DIR + "/")]
+        host = [str(io / arg.removeprefix(IO_DIR + "/")) for arg in own] if io else []
+        shown = [arg for arg in [program, *argv[1:]] if os.path.isabs(arg) and arg not in own]
+        for path in shown + [interpreter for file in [program, *host] for interpreter in _interpreter(file)]:
+            if os.path.exists(path) and not self.sees(path):
+                return f"the sandbox cannot see {path}: add it (or a folder above it) to {self.exposure.hint}"
+        return None
+
+    def _find(self, name: str, search_path: str) -> str | None:
+        """The first match on PATH the sandbox sees, else the first the host has (to name it), else None."""
+        hits = [os.path.join(folder, name) for folder in search_path.split(os.pathsep) if folder]
+        hits = [hit for hit in hits if os.path.isfile(hit) and os.access(hit, os.X_OK)]
+        return next((hit for hit in hits if self.sees(hit)), hits[0] if hits else None)
+
+
+def _interpreter(program: str) -> list[str]:
+    """A script's ``#!`` interpreter (it must be visible too), if the program is a readable script."""
+    try:
+        with open(program, "rb") as handle:
+            head = handle.read(256)
+    except OSError:
+        return []
+    if not head.startswith(b"#!"):
+        return []
+    words = head[2:].split(b"\n")[0].split()
+    return [words[0].decode(errors="replace")] if words and words[0].startswith(b"/") else []

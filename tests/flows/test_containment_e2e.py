@@ -1,0 +1,278 @@
+"""Containment through real runs (SPEC §11): hostile candidates and a hostile grader against `tribunal run`.
+
+One experiment holds every attacker of the containment issue, each a
+candidate (or the grader of the second case); the run must end with honest
+verdicts, nothing of the operator's in any stored byte, nothing left running,
+and doctor clean.
+"""
+
+from __future__ import annotations
+
+import json
+from hashlib import sha256
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from registry import CandidateResult, Registry, Role, TerminalEvidence, load_plan
+from tasks.attempts import attempt_states
+from tasks.execution.workbench import scratch_root
+from tests.helpers import copy_demo, processes_with, tribunal
+
+SECRET = f"op-secret-{uuid.uuid4().hex}"
+
+SNOOP = """
+import glob, os, sys
+sys.stdin.read()
+found = []
+for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
+    try:
+        if b'op-secret' in open(f'/proc/{pid}/environ', 'rb').read():
+            found.append('environ of ' + pid)
+    except OSError:
+        pass
+for path in TARGETS + glob.glob('/tmp/tribunal-scratch-*/*'):
+    if os.path.exists(path):
+        found.append('exists ' + path)
+print('FOUND ' + ' | '.join(found) if found else 'NOTHING')
+"""
+
+TAMPER = """
+import glob, os, sys
+sys.stdin.read()
+edited = []
+for pattern in ['../../tribunal-case-*/test_*.py', '../*/test_*.py', '/tmp/**/tribunal-case-*/test_*.py'] + TARGETS:
+    for path in glob.glob(pattern, recursive=True):
+        if os.path.realpath(path).startswith('/workspace'):
+            continue
+        try:
+            open(path, 'w').write('def test_anything():\\n    assert True\\n')
+            edited.append(path)
+        except OSError:
+            pass
+print('EDITED', edited)
+"""
+
+DAEMON = """
+import subprocess, sys
+sys.stdin.read()
+code = 'import os, time\\ntime.sleep(4)\\nopen("/workspace/late.txt", "w").write("forged")\\n'
+subprocess.Popen([sys.executable, '-c', code, MARKER], start_new_session=True,
+                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print('daemon started')
+"""
+
+GIT_PLANT = """
+import sys
+sys.stdin.read()
+touch = 'touch ' + ' '.join(TARGETS)
+open('.gitattributes', 'w').write('* filter=pwn diff=pwn\\n')
+with open('.git/config', 'a') as config:
+    config.write(f'[filter "pwn"]\\n\\tclean = sh -c "{touch}; cat"\\n\\tsmudge = cat\\n'
+                 f'[diff "pwn"]\\n\\ttextconv = sh -c "{touch}; cat"\\n'
+                 f'[core]\\n\\tfsmonitor = sh -c "{touch}"\\n\\thooksPath = .git/hooks\\n'
+                 f'[diff]\\n\\texternal = sh -c "{touch}"\\n')
+open('notes.txt', 'w').write('planted\\n')
+print('planted')
+"""
+
+NET = """
+import socket, sys
+sys.stdin.read()
+try:
+    socket.create_connection(('127.0.0.1', PORT), timeout=3).sendall(NAME.encode())
+    print('connected')
+except OSError as error:
+    print('refused', error)
+"""
+
+BOMB = """
+import os, sys, time
+sys.stdin.read()
+children = 0
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(20)
+            os._exit(0)
+        children += 1
+    except OSError:
+        print('fork refused after', children)
+        sys.exit(3)
+"""
+
+HOG = "import sys\nsys.stdin.read()\nhoard = bytearray(3 * 1024 ** 3)\n"
+BIG_FILE = "import sys\nsys.stdin.read()\nopen('blob.bin', 'wb').write(bytes(range(256)) * (100 * 4096))\n"
+
+MAPPER = """
+import hashlib, json, sys
+grader_input = json.load(sys.stdin)
+plan = json.load(open(PLAN))
+def digest(value):
+    return 'sha256:' + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(',', ':')).encode()).hexdigest()
+mapped = None
+for case in plan['cases']:
+    for candidate in plan['candidates']:
+        for index in range(plan['attempts']):
+            attempt = digest([plan['plan_hash'], case['id'], candidate['id'], index])
+            if digest(['scoring', attempt]) == grader_input['contract']['scoring_id']:
+                mapped = candidate['id']
+print(json.dumps({'passed': True, 'mapped': mapped}))
+"""
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[bytes]]]:
+    """A service on the host's loopback (as the Prefect API is) that records who reached it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    reached: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            reached.append(connection.recv(64))
+            connection.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1], reached
+    server.close()
+
+
+def _agent(folder: Path, name: str, source: str, **constants: object) -> None:
+    header = "".join(f"{key} = {value!r}\n" for key, value in constants.items())
+    (folder / f"{name}.py").write_text(header + source)
+
+
+CASES = (
+    'experiment = "hostile"\n'
+    '[[case]]\nid = "off-by-one"\nrepo = "cases/off-by-one/repo"\nprompt = "cases/off-by-one/prompt.md"\n'
+    'grader_profile = "unit-tests"\n'
+)
+
+
+def _candidate(name: str, *, network: str = "none", script: str = "", model: str = "") -> str:
+    return (f'[[candidate]]\nid = "{name}"\nkind = "command"\nread_only = ["{{experiment_dir}}/agents"]\n'
+            f'command = ["python3", "{{experiment_dir}}/agents/{script or name}.py"]\nnetwork = "{network}"\n'
+            f'provider = "demo-labs"\nmodel = "{model or name + "-1"}"\n')
+
+
+def _files(root: Path) -> Iterator[bytes]:
+    for path in root.rglob("*"):
+        if path.is_file():
+            yield path.read_bytes()
+
+
+def test_hostile_candidates_and_grader_gain_nothing(tmp_path: Path, cli_env: dict[str, str],
+                                                    listener: tuple[int, list[bytes]]) -> None:
+    """Attack: every escape of the containment issue at once; verdicts stay honest and nothing leaks or lingers."""
+    spec = copy_demo(tmp_path / "exp")
+    agents, registry_url, plan_path = spec.parent / "agents", tmp_path / "reg", tmp_path / "plan.json"
+    config = spec.parent / "tribunal.toml"
+    grader = spec.parent / "graders" / "run_tests.py"
+    markers = [str(tmp_path / f"git-ran-{n}") for n in range(3)]
+    daemon_marker = f"daemon-{uuid.uuid4().hex}"
+    port, reached = listener
+    targets = [str(registry_url), str(config), str(grader), str(plan_path), str(spec.parent / "cases")]
+    _agent(agents, "snoop", SNOOP, TARGETS=targets)
+    _agent(agents, "tamper", TAMPER, TARGETS=[str(spec.parent / "cases" / "**" / "test_*.py")])
+    _agent(agents, "daemon", DAEMON, MARKER=daemon_marker)
+    _agent(agents, "gitplant", GIT_PLANT, TARGETS=markers)
+    _agent(agents, "netnone", NET, PORT=port, NAME="netnone")
+    _agent(agents, "nethost", NET, PORT=port, NAME="nethost")
+    _agent(agents, "bomb", BOMB)
+    _agent(agents, "hog", HOG)
+    _agent(agents, "bigfile", BIG_FILE)
+    mapper = spec.parent / "graders" / "mapper.py"
+    mapper.write_text(f"PLAN = {str(plan_path)!r}\n" + MAPPER)
+    spec.write_text(
+        CASES + '[[case]]\nid = "slugify"\nrepo = "cases/slugify/repo"\nprompt = "cases/slugify/prompt.md"\n'
+        'grader_profile = "mapper"\n'
+        + "".join(_candidate(n) for n in ("snoop", "tamper", "daemon", "gitplant", "netnone", "bomb", "hog", "bigfile"))
+        + _candidate("nethost", network="host") + _candidate("agent-fixer", script="fixer", model="fixer-1"))
+    config.write_text(config.read_text() + (
+        f'\n[grader_profiles.mapper]\npath = "graders/mapper.py"\nsha256 = "{sha256(mapper.read_bytes()).hexdigest()}"\n'
+        f'grader_id = "mapper"\nversion = "1"\nread_only = ["{plan_path}"]\n'
+        "\n[sandbox]\nmax_processes = 64\nmemory_mb = 1024\n"))
+    env = {**cli_env, "AWS_SECRET_ACCESS_KEY": SECRET, "OPENAI_API_KEY": SECRET}
+    frozen = tribunal("plan", "freeze", str(spec), "-o", str(plan_path), "--registry", str(registry_url), env=env)
+    assert frozen.returncode == 0, frozen.stderr
+    ran = tribunal("run", "--plan", str(plan_path), "--registry", str(registry_url), "--config", str(config),
+                   "--json", "--concurrency", "2", env=env)
+    assert ran.returncode == 0, ran.stderr
+
+    plan = load_plan(plan_path)
+    registry = Registry.open(str(registry_url))
+    states = attempt_states(registry, plan.experiment)
+    verdicts = {(a["case_id"], a["candidate_id"]): a for a in json.loads(ran.stdout)["report"]["attempts"]}
+
+    def evidence(case: str, candidate: str) -> tuple[str, TerminalEvidence]:
+        ref = next(r for r in plan.attempt_refs() if (r.case_id, r.candidate_id) == (case, candidate))
+        result = registry.load(states[ref.attempt_id].entries[Role.CANDIDATE_RESULT].digest, CandidateResult)
+        return (registry.get(result.transcript_digest).decode(),
+                registry.load(result.terminal_evidence_digest, TerminalEvidence))
+
+    assert evidence("off-by-one", "snoop")[0].strip() == "NOTHING"
+    assert "EDITED []" in evidence("off-by-one", "tamper")[0]
+    assert verdicts[("off-by-one", "tamper")]["terminal_class"] == "grader_failure"
+    assert verdicts[("off-by-one", "agent-fixer")]["terminal_class"] == "resolved"
+    assert verdicts[("off-by-one", "daemon")]["terminal_class"] == "grader_failure"
+    assert processes_with(daemon_marker) == []
+    assert not any(Path(marker).exists() for marker in markers)
+    assert evidence("off-by-one", "netnone")[0].startswith("refused")
+    assert evidence("off-by-one", "nethost")[0].startswith("connected")
+    assert sorted(reached) == [b"nethost", b"nethost"]
+    for name, limit in (("bomb", "processes"), ("hog", None), ("bigfile", "patch-size")):
+        assert verdicts[("off-by-one", name)]["terminal_class"] == "candidate_failure", name
+        assert evidence("off-by-one", name)[1].limit == limit, name
+    mapped = [json.loads(registry.get(states[r.attempt_id].entries[Role.GRADER_OUTPUT].digest))
+              for r in plan.attempt_refs() if r.case_id == "slugify"]
+    assert mapped and all(answer == {"passed": True, "mapped": None} for answer in mapped)
+    assert all(SECRET.encode() not in data for data in _files(registry_url))
+    assert all(verdict["isolated"] for verdict in verdicts.values())
+    doctor = tribunal("doctor", "--plan", str(plan_path), "--registry", str(registry_url), env=env)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+
+
+def test_kill_9_of_a_run_leaves_no_workspace_behind(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Attack: SIGKILL tribunal mid-attempt; the unredacted workspace and the sandbox must not survive the rerun."""
+    spec = copy_demo(tmp_path / "exp")
+    flags = spec.parent / "agents" / "flags"
+    flags.mkdir()
+    (flags / "slow").write_text("")
+    _agent(spec.parent / "agents", "slow", "import os, sys, time\nsys.stdin.read()\nopen('unredacted.txt', 'w')"
+           ".write('secret work')\nif os.path.exists(FLAG):\n    time.sleep(120)\n", FLAG=str(flags / "slow"))
+    spec.write_text(CASES + _candidate("slow"))
+    plan, registry_url = tmp_path / "plan.json", str(tmp_path / "reg")
+    config = spec.parent / "tribunal.toml"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry_url, env=cli_env).returncode == 0
+    before = set(scratch_root().iterdir())
+    run = [sys.executable, "-c", "from flows.cli import main; main()", "run", "--plan", str(plan), "--registry",
+           registry_url, "--config", str(config)]
+    process = subprocess.Popen(run, env=cli_env, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (left := [p for p in set(scratch_root().iterdir()) - before if list(p.rglob("unredacted.txt"))]):
+        assert time.monotonic() < deadline and process.poll() is None, "the slow candidate never started"
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert left[0].exists()
+    assert processes_with(str(spec.parent / "agents" / "slow.py")) == []  # --die-with-parent took the sandbox
+    (flags / "slow").unlink()
+    rerun = tribunal("run", "--plan", str(plan), "--registry", registry_url, "--config", str(config), env=cli_env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert not left[0].exists()
+    assert processes_with(str(spec.parent / "agents" / "slow.py")) == []
+    assert tribunal("doctor", "--plan", str(plan), "--registry", registry_url, env=cli_env).returncode == 0

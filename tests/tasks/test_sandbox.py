@@ -1,0 +1,192 @@
+"""The sandbox itself (SPEC §11): each test names the escape it stops, through real bubblewrap runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from registry import SandboxConfig, SandboxProfile
+from tasks.execution.confine import Confined, run_confined
+from tasks.execution.sandbox import Exposure, Sandbox
+from tests.helpers import processes_with
+
+PATH = os.environ.get("PATH", "")
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> tuple[Path, Path]:
+    workspace, io = tmp_path / "workspace", tmp_path / "io"
+    workspace.mkdir()
+    io.mkdir()
+    return workspace, io
+
+
+def run(folders: tuple[Path, Path], code: str, *, exposure: Exposure = Exposure(), timeout_s: float = 30,
+        settings: SandboxConfig = SandboxConfig(), env: dict[str, str] | None = None) -> Confined:
+    sandbox = Sandbox(settings, "candidate", exposure, ("PATH",))
+    assert sandbox.preflight([sys.executable, "-c", code], PATH) is None
+    workspace, io = folders
+    return run_confined(sandbox, [sys.executable, "-c", code], workspace=workspace, io=io,
+                        env=env or {"PATH": PATH}, stdin=b"", timeout_s=timeout_s, max_output_bytes=1 << 20,
+                        merge_stderr=True)
+
+
+def test_other_processes_and_their_environment_are_invisible(folders: tuple[Path, Path],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attack: read the operator's secrets from /proc/<parent>/environ or any other process."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "operator-secret-123")
+    code = (
+        "import os, json\n"
+        "seen = {}\n"
+        "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+        "    try: seen[pid] = open(f'/proc/{pid}/environ', 'rb').read().decode(errors='replace')\n"
+        "    except OSError as e: seen[pid] = 'denied'\n"
+        "env = dict(i.split('=', 1) for i in open('/proc/self/environ').read().split('\\0') if i)\n"
+        "print(json.dumps({'ppid': os.getppid(), 'env': env, 'procs': seen}))\n"
+    )
+    report = json.loads(run(folders, code).outcome.stdout)
+    assert report["env"] == {"PATH": PATH}
+    assert "operator-secret-123" not in json.dumps(report)
+    assert len(report["procs"]) <= 3  # the namespace's init, env's exec'd program, nothing of the host
+
+
+def test_host_files_outside_the_allow_list_do_not_exist(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """Attack: read the registry, the config, a grader or another attempt's workspace by path."""
+    secret = tmp_path / "registry" / "objects" / "secret"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("hidden test")
+    code = (
+        "import os, json\n"
+        f"paths = [{str(secret)!r}, {str(tmp_path)!r}, '/etc/shadow', os.path.expanduser('~root'), '/root']\n"
+        "print(json.dumps({p: os.path.exists(p) and os.listdir(p) if os.path.isdir(p) else os.path.exists(p)"
+        " for p in paths}))\n"
+    )
+    seen = json.loads(run(folders, code).outcome.stdout)
+    assert seen[str(secret)] is False and seen[str(tmp_path)] is False and seen["/etc/shadow"] is False
+    assert not seen["/root"] or all(name == ".pyenv" for name in seen["/root"])
+
+
+def test_a_setsid_daemon_dies_with_the_sandbox(folders: tuple[Path, Path]) -> None:
+    """Attack: double-fork and setsid so a daemon outlives the attempt and writes later."""
+    marker = f"daemon-{uuid.uuid4().hex}"
+    code = (
+        "import os, subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}],"
+        " start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print('forked')\n"
+    )
+    confined = run(folders, code)
+    assert confined.outcome.exit_code == 0 and not confined.escaped
+    assert processes_with(marker) == []
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[bytes]]]:
+    """A loopback server that records every connection it accepts."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(connection.recv(64))
+            connection.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1], accepted
+    server.close()
+
+
+def _connect(port: int) -> str:
+    return (f"import socket\ntry:\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=3); s.sendall(b'hi')\n"
+            "    print('connected')\nexcept OSError as e:\n    print('refused', e)\n")
+
+
+def test_no_network_means_no_loopback_either(folders: tuple[Path, Path], listener: tuple[int, list[bytes]]) -> None:
+    """Attack: talk to the Prefect API or any service on the host's loopback from a network = "none" sandbox."""
+    port, accepted = listener
+    assert run(folders, _connect(port)).outcome.stdout.startswith(b"refused")
+    assert accepted == []
+
+
+def test_network_host_reaches_the_host(folders: tuple[Path, Path], listener: tuple[int, list[bytes]]) -> None:
+    port, accepted = listener
+    assert run(folders, _connect(port), exposure=Exposure(network="host")).outcome.stdout.startswith(b"connected")
+    assert accepted == [b"hi"]
+
+
+def test_a_fork_bomb_hits_the_process_limit(folders: tuple[Path, Path]) -> None:
+    """Attack: exhaust the machine's processes; tribunal must record a limit, not fall over."""
+    code = ("import os, time\nfor _ in range(400):\n    try:\n        if os.fork() == 0:\n            time.sleep(30)"
+            "\n            os._exit(0)\n    except OSError:\n        print('limit'); break\n")
+    confined = run(folders, code, settings=SandboxConfig(max_processes=32), timeout_s=20)
+    assert b"limit" in confined.outcome.stdout
+    assert confined.limit == "processes" or os.geteuid() != 0  # unprivileged users get the rlimit (no event to read)
+
+
+def test_a_memory_hog_is_stopped(folders: tuple[Path, Path]) -> None:
+    """Attack: take all the machine's memory."""
+    code = "x = bytearray(600 * 1024 * 1024)\nprint('allocated')\n"
+    confined = run(folders, code, settings=SandboxConfig(memory_mb=256))
+    assert b"MemoryError" in confined.outcome.stdout and confined.outcome.exit_code != 0
+
+
+def test_a_huge_file_hits_the_file_size_limit(folders: tuple[Path, Path]) -> None:
+    """Attack: fill the disk through the workspace."""
+    code = "open('big.bin', 'wb').write(b'x' * (40 * 1024 * 1024))\n"
+    confined = run(folders, code, settings=SandboxConfig(max_file_mb=8))
+    assert confined.limit == "file-size"
+    assert (folders[0] / "big.bin").stat().st_size <= 8 * 1024 * 1024
+
+
+def test_a_program_the_sandbox_cannot_see_is_named_with_the_setting_that_exposes_it(tmp_path: Path) -> None:
+    """A program outside the allow-list fails before it runs, naming the path and the key to change."""
+    tool = tmp_path / "opt" / "agent"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho hi\n")
+    tool.chmod(0o755)
+    hint = "read_only of [[candidate]] a in experiment.toml"
+    sandbox = Sandbox(SandboxConfig(), "candidate", Exposure(hint=hint), ("PATH",))
+    assert sandbox.preflight([str(tool)], PATH) == f"the sandbox cannot see {tool}: add it (or a folder above it) to {hint}"
+    assert sandbox.preflight(["agent"], f"{tool.parent}:{PATH}") == (
+        f"the sandbox cannot see {tool}: add it (or a folder above it) to {hint}")
+    exposed = Sandbox(SandboxConfig(), "candidate", Exposure(read_only=(str(tool.parent),), hint=hint), ("PATH",))
+    assert exposed.preflight([str(tool)], PATH) is None
+    missing = Sandbox(SandboxConfig(), "candidate", Exposure(read_only=(str(tmp_path / "nope"),), hint=hint), ("PATH",))
+    assert missing.preflight(["true"], PATH) == f"{tmp_path / 'nope'} does not exist (declared in {hint})"
+
+
+def test_a_script_whose_interpreter_is_invisible_is_refused(tmp_path: Path) -> None:
+    """A `#!` interpreter under a version manager in HOME is as invisible as the program itself."""
+    tool = tmp_path / "bin" / "agent"
+    tool.parent.mkdir()
+    tool.write_text(f"#!{tmp_path}/pyenv/python\n")
+    tool.chmod(0o755)
+    (tmp_path / "pyenv").mkdir()
+    (tmp_path / "pyenv" / "python").write_text("")
+    sandbox = Sandbox(SandboxConfig(), "candidate", Exposure(read_only=(str(tool.parent),)), ("PATH",))
+    assert f"cannot see {tmp_path}/pyenv/python" in (sandbox.preflight([str(tool)], PATH) or "")
+
+
+def test_the_profile_records_walls_not_attempts(tmp_path: Path) -> None:
+    """Two attempts of one candidate share one profile (no per-attempt path in it); network changes it."""
+    none = Sandbox(SandboxConfig(), "candidate", Exposure(read_only=(str(tmp_path),)), ("PATH",))
+    host = Sandbox(SandboxConfig(), "candidate", Exposure(read_only=(str(tmp_path),), network="host"), ("PATH",))
+    profile = SandboxProfile.model_validate_json(none.profile_bytes)
+    assert profile.backend == "bwrap" and profile.version and "net" in profile.namespaces
+    assert {m.path for m in profile.mounts} >= {"/usr", "/workspace", "/tribunal", "/tmp", "/proc", "/dev", str(tmp_path)}
+    assert "/etc/shadow" not in {m.path for m in profile.mounts}
+    assert none.profile_digest != host.profile_digest and "net" not in host.profile.namespaces
+    unisolated = Sandbox(SandboxConfig(backend="none"), "candidate", Exposure(), ("PATH",))
+    assert not unisolated.profile.isolated and unisolated.profile.limits is None
