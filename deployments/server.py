@@ -112,8 +112,10 @@ def main() -> None:
     parser.add_argument("--registry", required=True, help="Default registry URL of the deployments.")
     parser.add_argument("--config", required=True, help="Default tribunal.toml of the deployments.")
     options = parser.parse_args()
-    target = {"TRIBUNAL_PLAN": str(Path(options.plan).resolve()), "TRIBUNAL_CONFIG": str(Path(options.config).resolve()),
-              "TRIBUNAL_REGISTRY": options.registry if "://" in options.registry else str(Path(options.registry).resolve())}
+    target = {"TRIBUNAL_PLAN": str(Path(options.plan).resolve()),
+              "TRIBUNAL_CONFIG": str(Path(options.config).resolve()),
+              "TRIBUNAL_REGISTRY": options.registry if "://" in options.registry
+              else str(Path(options.registry).resolve())}
     print(f"starting Prefect (server, work pool {WORK_POOL!r}, deployments, worker) in {options.home} ...", flush=True)
     with operator_stack(options.home.resolve(), options.port, target) as url:
         print(f"Prefect UI: {url}\n  deployments: nightly-evaluation (02:00 UTC), regrade, rejudge, doctor, "

@@ -91,7 +91,7 @@ def calibrate(request: CalibrateRequest) -> CalibrationSummary:
           "grader_failures": t.grader_failures, "agreement": t.agreement}
          for name, t in [("all", record.overall), *record.strata.items()]],
         key=artifact_key("calibration", name),
-        description=f"{record.grader_id}@{record.grader_version}: gate {'passed' if record.decision.passed else 'FAILED'}"
-                    f" (record {record_digest})",
+        description=f"{record.grader_id}@{record.grader_version}: "
+                    f"gate {'passed' if record.decision.passed else 'FAILED'} (record {record_digest})",
     )
     return CalibrationSummary(record_digest=record_digest, record=record)

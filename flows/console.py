@@ -77,8 +77,8 @@ def render_report(built: dict[str, Any], console: Console | None = None) -> None
         if judged:
             judge = item.get("judge")
             row.append("-" if judge is None else
-                       f"{'pass' if judge['passed'] else 'fail'}{' (' + judge['failure'] + ')' if judge['failure'] else ''}"
-                       f" ({judge['generation']})")
+                       f"{'pass' if judge['passed'] else 'fail'}"
+                       f"{' (' + judge['failure'] + ')' if judge['failure'] else ''} ({judge['generation']})")
         attempts.add_row(*row)
     console.print(attempts)
     rates = Table("candidate", "attempts", "resolved", "pass rate", "graders", title="pass rate per candidate")

@@ -127,7 +127,8 @@ def evaluate(request: EvaluateRequest) -> EvaluateSummary:
                 "states": {ref.attempt_id: states[ref.attempt_id] for ref in batch if ref.attempt_id in states},
                 "plan": plan, "config": config, "registry": registry, "bench": bench,
             }))
-            for batch in batches(pending, bench.preparers * (request.dask_workers if request.runner is Runner.DASK else 1))
+            for batch in batches(pending,
+                                 bench.preparers * (request.dask_workers if request.runner is Runner.DASK else 1))
         ]
         for size, future in work:
             stopped += future.result()

@@ -46,7 +46,10 @@ def run_batches(batch_task: Task[..., Any], registry: Registry, plan: Plan, para
 
 def seal_new_version(registry: Registry, plan: Plan, previous: str, head_before: str | None, profile: str | None,
                      outcomes: list[RegradeOutcome], operation: str) -> tuple[str, dict[str, Any]]:
-    """Rewrite the experiment record, append the mutation receipt, publish the outcome; return record digest and report."""
+    """Rewrite the experiment record, append the mutation receipt, publish the outcome.
+
+    Returns the record's digest and the report.
+    """
     summaries = current_summaries(registry, plan)
     _, new_record = seal_experiment_record(registry, plan, summaries)
     record_mutation(registry, plan, previous, new_record, profile, outcomes, head_before, operation=operation)

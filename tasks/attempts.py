@@ -106,7 +106,8 @@ class AttemptState:
         return Role.CANDIDATE_RESULT in self.entries
 
 
-def attempt_states(registry: Registry, experiment: str, attempt_ids: list[str] | None = None) -> dict[str, AttemptState]:
+def attempt_states(registry: Registry, experiment: str,
+                   attempt_ids: list[str] | None = None) -> dict[str, AttemptState]:
     """Return the newest entry per role for every attempt of an experiment (or of ``attempt_ids``)."""
     by_attempt: dict[str, list[ManifestEntry]] = defaultdict(list)
     for entry in registry.entries(experiment_id=experiment, attempt_ids=attempt_ids):
@@ -183,7 +184,8 @@ def evaluate_attempt(contract: AttemptContract, state: AttemptState | None, plan
     if state is None or not state.sealed:
         failed = grade_retained(retained, config, registry, bench).failure is not None
     if contract.judge is not None:
-        failed = judge_attempt(registry, retained, config, bench, scoring_id=scoring_id(contract.attempt_id)).failure is not None or failed
+        failed = judge_attempt(registry, retained, config, bench,
+                               scoring_id=scoring_id(contract.attempt_id)).failure is not None or failed
     attempt_done("grader or judge failure" if failed else "graded")
     return None
 
@@ -200,8 +202,8 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
     receipt = registry.load(receipt_entry.digest, GraderReceipt)
     result = registry.load(receipt.result_hash, GraderResult)
     judgements = [
-        JudgementLine(generation=j.generation, passed=j.passed, failure=j.failure, judge_policy_hash=j.judge_policy_hash,
-                      judgement_digest=entry.digest)
+        JudgementLine(generation=j.generation, passed=j.passed, failure=j.failure,
+                      judge_policy_hash=j.judge_policy_hash, judgement_digest=entry.digest)
         for entry in state.history if entry.role == Role.JUDGEMENT
         for j in [registry.load(entry.digest, Judgement)]
     ]
@@ -216,5 +218,6 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
         generation=receipt_entry.generation or 1, receipt_digest=receipt_entry.digest,
         evidence={role: entry.digest for role, entry in sorted(state.entries.items())}, judgements=judgements,
         failure_labels=failure_labels(harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded,
-                                      graders_passed=result.passed, judges_passed=all(j.passed for j in judgements[-1:])),
+                                      graders_passed=result.passed,
+                                      judges_passed=all(j.passed for j in judgements[-1:])),
     )

@@ -62,7 +62,8 @@ def publish(registry: Registry, plan: Plan, grader_version: str | None = None) -
     doctor = audit_registry(registry, attempt_ids=attempt_ids)
     findings = [f"{finding.kind} ({finding.where}): {finding.message}" for finding in doctor.findings]
     report = None if findings else build_report(registry, plan, grader_version)
-    gate_failures = [failure for entry in (report or {}).get("calibration", {}).values() for failure in entry["failures"]]
+    gate_failures = [failure for entry in (report or {}).get("calibration", {}).values()
+                     for failure in entry["failures"]]
     record = AuditRecord(
         scope={"experiment": plan.experiment, "plan_hash": plan.plan_hash, "attempts": len(attempt_ids),
                "report": report["report_digest"] if report else "not built: evidence in scope does not verify"},

@@ -126,7 +126,8 @@ def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
 
 
 def record_mutation(registry: Registry, plan: Plan, previous: str, new_record: str, profile: str | None,
-                    outcomes: list[RegradeOutcome], head_before: str | None, operation: str = "regrade") -> MutationReceipt:
+                    outcomes: list[RegradeOutcome], head_before: str | None,
+                    operation: str = "regrade") -> MutationReceipt:
     """Append the receipt of a regrade's (or rejudge's) change to the canonical record."""
     receipt = MutationReceipt(
         operation=operation, experiment=plan.experiment, plan_hash=plan.plan_hash, grader_profile=profile,

@@ -90,7 +90,8 @@ def _terminal(contract: AttemptContract, outcome: ProcessOutcome, observed: Obse
     )
 
 
-def _candidate_env(config: Config, home: Path, prompt_file: Path, report_file: Path, contract: AttemptContract) -> dict[str, str]:
+def _candidate_env(config: Config, home: Path, prompt_file: Path, report_file: Path,
+                   contract: AttemptContract) -> dict[str, str]:
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home)}
     env.update({name: os.environ[name] for name in config.candidate_env.pass_ if name in os.environ})
     env.update(
@@ -101,7 +102,12 @@ def _candidate_env(config: Config, home: Path, prompt_file: Path, report_file: P
 
 
 def execute_candidate(
-    contract: AttemptContract, plan: Plan, candidate: PlanCandidate, config: Config, registry: Registry, bench: Workbench
+    contract: AttemptContract,
+    plan: Plan,
+    candidate: PlanCandidate,
+    config: Config,
+    registry: Registry,
+    bench: Workbench,
 ) -> CandidateRun:
     """Run one attempt's candidate in a fresh workspace and collect its evidence."""
     prompt = registry.get(contract.prompt_hash)
@@ -154,7 +160,8 @@ def _replay_prediction(
         except WorkspaceError:
             reason = "prediction patch does not apply"
     mismatch = _identity_mismatch(contract, observed)
-    outcome = ProcessOutcome(("predictions",), started, utc_timestamp(), 0.0, 0 if reason is None else 1, False, b"", b"", 0)
+    outcome = ProcessOutcome(("predictions",), started, utc_timestamp(), 0.0, 0 if reason is None else 1, False,
+                             b"", b"", 0)
     transcript = f"replayed prediction for {contract.case_id}: {reason or 'patch applied'}\n".encode()
     return CandidateRun(
         contract=contract, transcript=transcript, patch=patch,

@@ -108,7 +108,8 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes, timeout_
             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE, start_new_session=True, close_fds=True,
         )
     except OSError as error:
-        return ProcessOutcome(tuple(argv), started, utc_timestamp(), 0.0, None, False, b"", b"", 0, error.strerror or str(error))
+        return ProcessOutcome(tuple(argv), started, utc_timestamp(), 0.0, None, False, b"", b"", 0,
+                              error.strerror or str(error))
     out, err = _Capped(max_output_bytes), _Capped(max_output_bytes)
     try:
         timed_out = _supervise(process, stdin, out, err, deadline=clock + timeout_s)

@@ -91,7 +91,8 @@ def _template(snapshot_digest: str, snapshot: Snapshot, bench: Workbench) -> Pat
         return template
 
 
-def checkout(snapshot_digest: str, snapshot: Snapshot, target: Path, bench: Workbench) -> dict[str, tuple[int, int, int]]:
+def checkout(snapshot_digest: str, snapshot: Snapshot, target: Path,
+             bench: Workbench) -> dict[str, tuple[int, int, int]]:
     """Materialize a snapshot as a git checkout at ``target``; return its file stats."""
     template = _template(snapshot_digest, snapshot, bench)
     shutil.copytree(template, target, symlinks=True)

@@ -68,7 +68,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 def generations(registry: str) -> list[tuple[int, str]]:
     """(generation, grader version) of every grader result, in manifest order."""
-    return [(e.generation or 0, e.grader_version or "") for e in Registry.open(registry).entries(role=Role.GRADER_RESULT)]
+    return [(e.generation or 0, e.grader_version or "")
+            for e in Registry.open(registry).entries(role=Role.GRADER_RESULT)]
 
 
 def next_grader(config: Path, registry: str) -> tuple[int, str]:

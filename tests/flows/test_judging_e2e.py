@@ -124,8 +124,8 @@ def test_doctor_audits_judgement_chains_evidence_truth_and_intents(
 
     def append(role: Role, record: BaseModel, attempt: str, generation: int | None = None) -> str:
         body = canonical_json(record.model_dump(mode="json"))
-        store.append([NewEntry(txn=f"forged:{digest(body)}", role=role.value, experiment_id="demo-judged", attempt_id=attempt,
-                               digest=store.put(body), size=len(body), generation=generation)])
+        store.append([NewEntry(txn=f"forged:{digest(body)}", role=role.value, experiment_id="demo-judged",
+                               attempt_id=attempt, digest=store.put(body), size=len(body), generation=generation)])
         return digest(body)
 
     append(Role.JUDGEMENT, original.model_copy(update={"generation": 3, "prev_judgement_hash": tip.digest,

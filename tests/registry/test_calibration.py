@@ -60,7 +60,8 @@ def test_abstentions_are_counted_apart_and_excluded_or_counted_as_disagreements(
 
 
 def test_a_grader_failure_disagrees_and_is_reported() -> None:
-    outcomes = [outcome(0, "s", "fail", passed=False, failure="grader timed out"), outcome(1, "s", "fail", passed=False)]
+    outcomes = [outcome(0, "s", "fail", passed=False, failure="grader timed out"),
+                outcome(1, "s", "fail", passed=False)]
     made = record(outcomes, Gate(min_items=1, min_agreement=0.9))
     assert made.overall.grader_failures == 1 and made.overall.matches == 1 and made.overall.agreement == 0.5
     assert made.decision.failures[0].startswith("min_agreement: overall 0.5000 < 0.9")
