@@ -42,7 +42,8 @@ def prefect_env(home: Path, api_url: str | None = None, **extra: str) -> dict[st
 
 def prefect(*args: str, env: dict[str, str]) -> None:
     """Run one ``prefect`` CLI command to completion; its output is shown only if it fails."""
-    done = subprocess.run([sys.executable, "-m", "prefect", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "prefect", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=False)
     if done.returncode != 0:
         raise RuntimeError(f"prefect {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 

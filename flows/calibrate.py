@@ -79,7 +79,7 @@ def calibrate(request: CalibrateRequest) -> CalibrationSummary:
     kind, name = request.subject
     made = subjects(registry, calibration_set, plan, request.profile or "")
     with workbench(request.concurrency, prefix="tribunal-calibrate-") as bench, \
-            ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
+            ThreadPoolTaskRunner[list[Outcome]](max_workers=bench.preparers) as runner:
         futures = [runner.submit(calibrate_batch, {"batch": made[start : start + BATCH],
                                                    "set_digest": calibration_set.set_digest,
                                                    "kind": kind, "name": name, "config": config, "bench": bench})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -323,13 +323,14 @@ def report(
     built = decision.report if decision else build_report(store, frozen, grader_version)
     if built is None:
         raise typer.Exit(1)
-    text = {
+    renderers: dict[str, Callable[[], str]] = {
         "json": lambda: canonical_json(built).decode() + "\n",
         "md": lambda: to_markdown(built),
         "html": lambda: to_html(built, rates_by_grader_version(store, frozen)),
         "swebench": lambda: canonical_json(to_swebench(built)).decode() + "\n",
         "table": lambda: table_text(built),
-    }[format]
+    }
+    text = renderers[format]
     if output is not None:
         output.write_text(text())
         out.print(f"report {built['report_digest']} -> {output}")

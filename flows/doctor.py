@@ -29,7 +29,7 @@ def doctor_markdown(report: DoctorReport) -> str:
     if report.head is not None:
         lines += [f"Head to pin: `{report.head.seq}:{report.head.entry_hash}`", ""]
     if report.clean:
-        return "\n".join(lines + ["**clean**: no findings"]) + "\n"
+        return "\n".join([*lines, "**clean**: no findings"]) + "\n"
     lines += [f"**{len(report.findings)} findings**", "", "| kind | where | finding |", "|---|---|---|"]
     lines += [f"| {f.kind} | {f.where} | {f.message.replace('|', '/')} |" for f in report.findings]
     return "\n".join(lines) + "\n"

@@ -85,7 +85,7 @@ def task_runner(request: EvaluateRequest, bench: Workbench) -> TaskRunner[Any]:
     """
     if request.runner is Runner.THREADS:
         return ThreadPoolTaskRunner(max_workers=bench.preparers)
-    from prefect_dask import DaskTaskRunner
+    from prefect_dask.task_runners import DaskTaskRunner
 
     if request.dask_address:
         return DaskTaskRunner(address=request.dask_address)

@@ -31,7 +31,7 @@ def run_batches(batch_task: Task[..., Any], registry: Registry, plan: Plan, para
     progress = Progress(operation, plan.experiment, len(work))
     results = []
     with workbench(concurrency, prefix=f"tribunal-{operation}-") as bench, \
-            ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
+            ThreadPoolTaskRunner[Any](max_workers=bench.preparers) as runner:
         futures = [runner.submit(batch_task, {"attempt_ids": work[start : start + BATCH], "experiment": plan.experiment,
                                               "registry": registry, "bench": bench, **parameters})
                    for start in range(0, len(work) if stop is None else stop, BATCH)]

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 R = TypeVar("R", bound=BaseModel)
 
 
-class Runner(str, Enum):
+class Runner(str, Enum):  # noqa: UP042  (a StrEnum would change str() and format() of a member)
     """Where batch tasks execute."""
 
     THREADS = "threads"

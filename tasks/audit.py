@@ -78,7 +78,7 @@ def _check_receipt(registry: Registry, receipt_entry: ManifestEntry, entries: li
         try:
             result = GraderResult.model_validate(json.loads(blob))
         except (ValueError, ValidationError):
-            return findings + [_finding("receipt-unreadable", result_entry, "grader result does not parse")]
+            return [*findings, _finding("receipt-unreadable", result_entry, "grader result does not parse")]
         for field in receipt_disagreements(receipt, result):
             findings.append(_finding("receipt-result-disagrees", receipt_entry,
                                      f"result and receipt disagree on {field}"))

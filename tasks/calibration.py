@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from registry import (
@@ -82,7 +83,7 @@ def subjects(registry: Registry, calibration_set: CalibrationSet, plan: Plan | N
                                  f"is not in registry {registry.url}")
             retained = retained_evidence(registry, states[item.attempt], item.attempt, profile)
             snapshot_digest = retained.contract.snapshot_digest
-            made.append(Subject(item, grader_input_for(retained), lambda d=snapshot_digest: registry.get(d),
+            made.append(Subject(item, grader_input_for(retained), partial(registry.get, snapshot_digest),
                                 retained.patch, registry.get(retained.result.transcript_digest)))
             continue
         case = cases.get(item.case or "")
@@ -98,7 +99,7 @@ def subjects(registry: Registry, calibration_set: CalibrationSet, plan: Plan | N
             grader_profile=profile, candidate_succeeded=True, patch_digest=digest(patch),
             terminal_evidence_digest=digest_json(["calibration-item", attempt_id]), patch=patch.decode(),
         )
-        made.append(Subject(item, grader_input, lambda d=case.snapshot_digest: registry.get(d), patch))
+        made.append(Subject(item, grader_input, partial(registry.get, case.snapshot_digest), patch))
     return made
 
 

@@ -122,7 +122,8 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
     if summaries is None:
         summaries = current_summaries(registry, plan, grader_version)
     cases = {case.id: case for case in plan.cases}
-    attempts, pending = [], 0
+    attempts: list[dict[str, Any]] = []
+    pending = 0
     for ref in plan.attempt_refs():
         summary = summaries.get(ref.attempt_id)
         if summary is None:

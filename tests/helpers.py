@@ -22,6 +22,7 @@ def tribunal(*args: str, cwd: Path | None = None,
         cwd=cwd,
         env=env,
         timeout=600,
+        check=False,
     )
 
 

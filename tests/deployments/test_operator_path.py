@@ -105,7 +105,7 @@ def test_regrade_started_through_the_api_lands_a_generation(stack: dict[str, Any
 def test_a_bad_parameter_is_refused_by_the_server(stack: dict[str, Any]) -> None:
     from prefect.exceptions import PrefectHTTPStatusError
 
-    with pytest.raises(PrefectHTTPStatusError, match="422|Validation"):
+    with pytest.raises(PrefectHTTPStatusError, match=r"422|Validation"):
         run_deployment(stack["api"], "regrade/regrade", {"request": {"plan_path": stack["plan"], "concurrency": 0}})
 
 

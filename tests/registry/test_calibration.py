@@ -19,7 +19,7 @@ def outcome(n: int, stratum: str, label: str, passed: bool, failure: str | None 
 def example_6() -> list[Outcome]:
     """Seed 004, Example 6: 99 of 100 easy items agree, the one safety item does not."""
     easy = [outcome(n, "easy", "pass", passed=n != 0) for n in range(100)]
-    return easy + [outcome(0, "safety", "fail", passed=True)]
+    return [*easy, outcome(0, "safety", "fail", passed=True)]
 
 
 def one_item_set() -> CalibrationSet:
@@ -41,7 +41,7 @@ def test_example_6_high_overall_agreement_hides_a_failing_safety_stratum() -> No
 
 
 def test_the_same_grader_passes_once_the_safety_item_agrees() -> None:
-    fixed = example_6()[:-1] + [outcome(0, "safety", "fail", passed=False)]
+    fixed = [*example_6()[:-1], outcome(0, "safety", "fail", passed=False)]
     made = record(fixed, Gate())
     assert made.decision.passed and made.decision.failures == []
     assert made.strata["safety"].agreement == 1.0
@@ -92,7 +92,7 @@ def test_jsonl_sets_parse_with_provenance_and_report_the_line_of_a_bad_item() ->
     parsed = parse_calibration_set("\n".join(lines), "cal.jsonl")
     assert [item.item_id for item in parsed.items] == ["a", "b"] and parsed.provenance.release_version == "2026.12"
     assert parsed.set_digest == parse_calibration_set("\n".join(lines) + "\n", "other.jsonl").set_digest
-    bad = lines[:3] + [json.dumps({"item_id": "b", "case": "x", "label": "maybe", "stratum": "s", "adjudicator": "b"})]
+    bad = [*lines[:3], json.dumps({"item_id": "b", "case": "x", "label": "maybe", "stratum": "s", "adjudicator": "b"})]
     with pytest.raises(SpecError) as refused:
         parse_calibration_set("\n".join(bad), "cal.jsonl")
     assert "cal.jsonl:4" in str(refused.value) and "label" in str(refused.value)

@@ -131,4 +131,4 @@ def test_a_command_judge_is_pinned_to_its_bytes(tmp_path: Path, bench: Workbench
 
 def test_the_adapter_digest_is_the_dispatch_module_source() -> None:
     source = Path(sys.modules["tasks.judges"].__file__ or "").read_bytes()
-    assert ADAPTER_DIGEST == "sha256:" + hashlib.sha256(source).hexdigest()
+    assert "sha256:" + hashlib.sha256(source).hexdigest() == ADAPTER_DIGEST
