@@ -37,6 +37,8 @@ else
 endif
 
 test: $(STAMP) chromium bubblewrap
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 # The browser test drives Debian's chromium (never a downloaded browser).

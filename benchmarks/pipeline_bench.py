@@ -47,10 +47,12 @@ def make_experiment(root: Path, attempts: int) -> tuple[Path, Path]:
         repo.mkdir(parents=True)
         (repo / "main.py").write_text(f"VALUE = {n}\n")
         (root / "cases" / f"c{n}.md").write_text(f"Case {n}: do nothing.\n")
-        cases.append(f'[[case]]\nid = "c{n}"\nrepo = "cases/c{n}"\nprompt = "cases/c{n}.md"\ngrader_profile = "trivial"\n')
+        cases.append(f'[[case]]\nid = "c{n}"\nrepo = "cases/c{n}"\nprompt = "cases/c{n}.md"\n'
+                     'grader_profile = "trivial"\n')
     (root / "experiment.toml").write_text(
         f'experiment = "bench"\nattempts = {attempts // CASES}\n' + "".join(cases)
-        + f'[[candidate]]\nid = "noop"\nkind = "command"\ncommand = ["{sys.executable}", "{{experiment_dir}}/agent.py"]\n'
+        + '[[candidate]]\nid = "noop"\nkind = "command"\n'
+        f'command = ["{sys.executable}", "{{experiment_dir}}/agent.py"]\n'
         'provider = "bench-labs"\nmodel = "noop-1"\n'
     )
     sha = hashlib.sha256((root / "grader.py").read_bytes()).hexdigest()
@@ -65,8 +67,10 @@ def floor(root: Path, attempts: int, concurrency: int) -> float:
     grader_input = json.dumps({"passed_to": "grader"}).encode()
 
     def one(_: int) -> None:
-        subprocess.run([sys.executable, str(root / "agent.py")], input=b"prompt", capture_output=True, cwd=root, check=True)
-        subprocess.run([sys.executable, str(root / "grader.py")], input=grader_input, capture_output=True, cwd=root, check=True)
+        subprocess.run([sys.executable, str(root / "agent.py")], input=b"prompt", capture_output=True, cwd=root,
+                       check=True)
+        subprocess.run([sys.executable, str(root / "grader.py")], input=grader_input, capture_output=True, cwd=root,
+                       check=True)
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:

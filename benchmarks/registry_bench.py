@@ -171,7 +171,8 @@ def read_only(entries: int) -> None:
     for attempt in range(3):
         seconds, count, peak = measure_read(str(work / "r"))
         rows.append([f"read + verify {count:,} entries (try {attempt + 1})", "local", f"{seconds:.2f} s",
-                     f"peak {peak:.0f} MiB", "-", "<= 2 s, <= 1 GiB", "pass" if seconds <= 2 and peak <= 1024 else "FAIL"])
+                     f"peak {peak:.0f} MiB", "-", "<= 2 s, <= 1 GiB",
+                     "pass" if seconds <= 2 and peak <= 1024 else "FAIL"])
         print(rows[-1], flush=True)
     shutil.rmtree(work, ignore_errors=True)
     write_section("registry-read", "Registry 1M read, re-measured (`registry_bench.py --read-only`)",
@@ -213,7 +214,8 @@ def main() -> None:
             "whatever it stores); the uncontended figure on distinct keys is shown beside it. Lost races cost "
             "tribunal a read of the winner's commit, which the floor does not pay. "
             f"Peak memory is the reading process's own VmHWM. Python {sys.version.split()[0]}, "
-            f"{os.cpu_count()} cores, max RSS of this run {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB."
+            f"{os.cpu_count()} cores, "
+            f"max RSS of this run {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB."
         ),
     )
 

@@ -92,7 +92,10 @@ def upgrade_grader(root: Path) -> Path:
 
 
 def tribunal_side(root: Path, attempts: int, env: dict[str, str]) -> tuple[float, float, float, Path]:
-    """Evaluate N attempts (set-up), upgrade the grader, then time the regrade. Returns (eval s, regrade s, MB, grader)."""
+    """Evaluate N attempts (set-up), upgrade the grader, then time the regrade.
+
+    Returns (eval s, regrade s, MB, grader).
+    """
     spec, config = make_experiment(root, attempts)
     registry, plan = str(root / "registry"), root / "plan.json"
     run_measured([*TRIBUNAL, "plan", "freeze", str(spec), "-o", str(plan), "--registry", registry], env)
@@ -103,7 +106,8 @@ def tribunal_side(root: Path, attempts: int, env: dict[str, str]) -> tuple[float
                                        str(config), "--concurrency", str(CONCURRENCY), "--json"], env)
     summary = json.loads(out)
     if (summary["attempts"], summary["changed"], summary["graders"]) != (attempts, attempts, ["trivial@2"]):
-        raise SystemExit(f"regrade did not regrade every attempt with trivial@2: {summary['attempts']=} {summary['changed']=}")
+        raise SystemExit(f"regrade did not regrade every attempt with trivial@2: "
+                         f"{summary['attempts']=} {summary['changed']=}")
     return evaluated, seconds, peak, grader
 
 
@@ -122,7 +126,10 @@ def inspect_side(inspect_python: str, root: Path, attempts: int, grader: Path) -
 
 
 def inspect_bound(attempts: int, theirs: float, base: float) -> str:
-    """Say, from this run's figures, whether 0.5x Inspect is reachable by anything that spawns the grader per attempt."""
+    """Say whether 0.5x Inspect is reachable by anything that spawns the grader per attempt.
+
+    The answer is drawn from this run's figures.
+    """
     half = 0.5 * theirs
     reachable = "above" if half > base else "below"
     return (f"At N = {attempts:,}, 0.5x Inspect is {half:.1f} s, {reachable} the {base:.1f} s it takes just to spawn "
@@ -156,13 +163,14 @@ def main() -> None:
                 bounds.append(inspect_bound(attempts, theirs, base))
             rows.append([f"{attempts:,}", f"{ours:.1f} s", f"{ours_mb:.0f} MB", f"{base:.1f} s", f"{vs_floor:.2f}x",
                          f"{theirs:.1f} s ({theirs_mb:.0f} MB)", f"{vs_inspect:.2f}x", inspect_target,
-                         "pass" if vs_floor <= 1.5 and memory_ok and (attempts != 1000 or vs_inspect <= 0.5) else "FAIL"])
+                         "pass" if vs_floor <= 1.5 and memory_ok and (attempts != 1000 or vs_inspect <= 0.5)
+                         else "FAIL"])
     if len(measured) > 1:
         small, large = min(measured), max(measured)
         growth = (measured[large] / measured[small]) / (large / small)
         rows.append([f"growth {small:,} -> {large:,}", f"{measured[large] / measured[small]:.2f}x time for "
-                     f"{large / small:.0f}x attempts", "-", "-", f"{growth:.2f} of linear", "-", "-", "<= 1.2 of linear",
-                     "pass" if growth <= 1.2 else "FAIL"])
+                     f"{large / small:.0f}x attempts", "-", "-", f"{growth:.2f} of linear", "-", "-",
+                     "<= 1.2 of linear", "pass" if growth <= 1.2 else "FAIL"])
     write_section(
         "regrade",
         "Regrade (`benchmarks/regrade_bench.py`)",

@@ -7,7 +7,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
-HEADER = "# Benchmark results\n\nWritten by the scripts in this folder; each section is replaced when its script runs.\n"
+HEADER = (
+    "# Benchmark results\n\n"
+    "Written by the scripts in this folder; each section is replaced when its script runs.\n"
+)
 
 
 def write_section(key: str, title: str, columns: list[str], rows: list[list[str]], notes: str) -> None:

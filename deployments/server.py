@@ -42,7 +42,8 @@ def prefect_env(home: Path, api_url: str | None = None, **extra: str) -> dict[st
 
 def prefect(*args: str, env: dict[str, str]) -> None:
     """Run one ``prefect`` CLI command to completion; its output is shown only if it fails."""
-    done = subprocess.run([sys.executable, "-m", "prefect", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "prefect", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=False)
     if done.returncode != 0:
         raise RuntimeError(f"prefect {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
@@ -112,8 +113,10 @@ def main() -> None:
     parser.add_argument("--registry", required=True, help="Default registry URL of the deployments.")
     parser.add_argument("--config", required=True, help="Default tribunal.toml of the deployments.")
     options = parser.parse_args()
-    target = {"TRIBUNAL_PLAN": str(Path(options.plan).resolve()), "TRIBUNAL_CONFIG": str(Path(options.config).resolve()),
-              "TRIBUNAL_REGISTRY": options.registry if "://" in options.registry else str(Path(options.registry).resolve())}
+    target = {"TRIBUNAL_PLAN": str(Path(options.plan).resolve()),
+              "TRIBUNAL_CONFIG": str(Path(options.config).resolve()),
+              "TRIBUNAL_REGISTRY": options.registry if "://" in options.registry
+              else str(Path(options.registry).resolve())}
     print(f"starting Prefect (server, work pool {WORK_POOL!r}, deployments, worker) in {options.home} ...", flush=True)
     with operator_stack(options.home.resolve(), options.port, target) as url:
         print(f"Prefect UI: {url}\n  deployments: nightly-evaluation (02:00 UTC), regrade, rejudge, doctor, "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from uuid import UUID
 
 from prefect.artifacts import (
     create_markdown_artifact,
@@ -33,8 +34,11 @@ class Progress:
 
     def __init__(self, operation: str, experiment: str, total: int, done: int = 0) -> None:
         self.total, self.done = max(1, total), done
-        self.id = create_progress_artifact(progress=self.percent, key=artifact_key(operation, experiment),
+        created = create_progress_artifact(progress=self.percent, key=artifact_key(operation, experiment),
                                            description=f"{operation} {experiment}: attempts done")
+        # Prefect returns a coroutine only in an async context; tribunal's flows are sync.
+        assert isinstance(created, UUID)
+        self.id = created
 
     @property
     def percent(self) -> float:

@@ -81,7 +81,7 @@ def calibrate(request: CalibrateRequest) -> CalibrationSummary:
     kind, name = request.subject
     made = subjects(registry, calibration_set, plan, request.profile or "")
     with workbench(request.concurrency, prefix="tribunal-calibrate-") as bench, \
-            ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
+            ThreadPoolTaskRunner[list[Outcome]](max_workers=bench.preparers) as runner:
         futures = [runner.submit(calibrate_batch, {"batch": made[start : start + BATCH],
                                                    "set_digest": calibration_set.set_digest,
                                                    "kind": kind, "name": name, "config": config, "bench": bench})
@@ -93,7 +93,7 @@ def calibrate(request: CalibrateRequest) -> CalibrationSummary:
           "grader_failures": t.grader_failures, "agreement": t.agreement}
          for name, t in [("all", record.overall), *record.strata.items()]],
         key=artifact_key("calibration", name),
-        description=f"{record.grader_id}@{record.grader_version}: gate {'passed' if record.decision.passed else 'FAILED'}"
-                    f" (record {record_digest})",
+        description=f"{record.grader_id}@{record.grader_version}: "
+                    f"gate {'passed' if record.decision.passed else 'FAILED'} (record {record_digest})",
     )
     return CalibrationSummary(record_digest=record_digest, record=record)

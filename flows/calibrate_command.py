@@ -18,7 +18,8 @@ def render_calibration(record: CalibrationRecord, record_digest: str) -> None:
     """Agreement overall and per stratum beside the thresholds, then the decision and its reasons."""
     gate = record.gate
     table = Table("stratum", "items", "counted", "agree", "abstain", "faults", "A", "min A",
-                  title=f"calibration of {record.subject} {record.grader_id}@{record.grader_version} ({record.profile})")
+                  title=f"calibration of {record.subject} {record.grader_id}@{record.grader_version} "
+                        f"({record.profile})")
     for name, tally in [("all", record.overall), *record.strata.items()]:
         threshold = gate.min_agreement if name == "all" else gate.min_stratum_agreement
         agreement = "-" if tally.agreement is None else f"{tally.agreement:.4f}"
@@ -36,7 +37,8 @@ def render_calibration(record: CalibrationRecord, record_digest: str) -> None:
 
 def calibrate_command(
     set_path: Annotated[Path, typer.Option("--set", help="Calibration set (JSONL: provenance line, then items).")],
-    profile: Annotated[str | None, typer.Option("--profile", help="Grader profile to calibrate (its current bytes).")] = None,
+    profile: Annotated[str | None,
+                       typer.Option("--profile", help="Grader profile to calibrate (its current bytes).")] = None,
     judge: Annotated[str | None, typer.Option("--judge", help="Or: judge to calibrate (its current policy).")] = None,
     plan: Annotated[Path | None, typer.Option("--plan", help="The plan whose cases the set's items name.")] = None,
     registry: RegistryOption = None,

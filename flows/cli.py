@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -169,7 +169,8 @@ def run(
     registry: RegistryOption = None,
     config: ConfigOption = None,
     concurrency: ConcurrencyOption = 2,
-    runner: Annotated[Runner, typer.Option("--runner", help="threads (this process) or dask (prefect-dask).")] = Runner.THREADS,
+    runner: Annotated[Runner,
+                      typer.Option("--runner", help="threads (this process) or dask (prefect-dask).")] = Runner.THREADS,
     dask_address: Annotated[str | None, typer.Option("--dask-address", help="tcp://host:8786 of a Dask scheduler; "
                                                      "default: a LocalCluster.")] = None,
     dask_workers: Annotated[int, typer.Option("--dask-workers", min=1, help="LocalCluster worker processes.")] = 2,
@@ -185,7 +186,8 @@ def run(
     from flows.evaluate import evaluate
 
     request = EvaluateRequest(plan_path=str(plan), registry_url=url, config_path=str(config_path),
-                              concurrency=concurrency, runner=runner, dask_address=dask_address, dask_workers=dask_workers)
+                              concurrency=concurrency, runner=runner, dask_address=dask_address,
+                              dask_workers=dask_workers)
     with flow_progress(f"evaluating {frozen.experiment}", frozen, as_json):
         summary = evaluate(request)
     finish(summary, as_json, f"{summary.attempts} attempts: {summary.ran} ran, {summary.resumed} graded from "
@@ -196,7 +198,8 @@ def run(
 @app.command()
 def regrade(
     plan: Annotated[Path, typer.Option("--plan", help="Frozen plan.json.")],
-    profile: Annotated[str | None, typer.Option("--profile", help="Grade with this profile instead of each case's.")] = None,
+    profile: Annotated[str | None,
+                       typer.Option("--profile", help="Grade with this profile instead of each case's.")] = None,
     registry: RegistryOption = None,
     config: ConfigOption = None,
     concurrency: ConcurrencyOption = 2,
@@ -264,7 +267,8 @@ def recover(
 
 @app.command()
 def selftest(
-    registry: Annotated[str | None, typer.Option("--registry", help="Run in a fresh prefix of this registry (default: a temp dir).")] = None,
+    registry: Annotated[str | None, typer.Option("--registry", help="Run in a fresh prefix of this registry "
+                                                                   "(default: a temp dir).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Release-gate control regrade:no-candidate-rerun: a real run, a regrade, no candidate rerun."""
@@ -278,7 +282,8 @@ def selftest(
     else:
         verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
         out.print(f"{result.control}: {verdict} — candidate invocations {result.invocations_before} -> "
-                  f"{result.invocations_after}, {result.regraded_results} regraded results for {result.attempts} attempts "
+                  f"{result.invocations_after}, {result.regraded_results} regraded results "
+                  f"for {result.attempts} attempts "
                   f"({result.attempts_with_one_regraded_result} with exactly one)")
     if not result.passed:
         raise typer.Exit(1)
@@ -291,10 +296,12 @@ FORMATS = ("table", "json", "md", "html", "swebench")
 def report(
     plan: Annotated[Path | None, typer.Option("--plan", help="Frozen plan.json.")] = None,
     registry: RegistryOption = None,
-    grader_version: Annotated[str | None, typer.Option("--grader-version", help="Admit only attempts this grader version graded.")] = None,
+    grader_version: Annotated[str | None, typer.Option("--grader-version",
+                                                       help="Admit only attempts this grader version graded.")] = None,
     format: Annotated[str, typer.Option("--format", help="table, json, md, html or swebench.")] = "table",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write to a file instead of stdout.")] = None,
-    compare: Annotated[tuple[str, str] | None, typer.Option("--compare", help="Two stored report digests: before after.")] = None,
+    compare: Annotated[tuple[str, str] | None,
+                       typer.Option("--compare", help="Two stored report digests: before after.")] = None,
     publish: Annotated[bool, typer.Option("--publish", help="Audit the report's scope first; publish only on a "
                                                           "commit decision (exit 1 otherwise).")] = False,
 ) -> None:
@@ -316,13 +323,14 @@ def report(
     built = decision.report if decision else build_report(store, frozen, grader_version)
     if built is None:
         raise typer.Exit(1)
-    text = {
+    renderers: dict[str, Callable[[], str]] = {
         "json": lambda: canonical_json(built).decode() + "\n",
         "md": lambda: to_markdown(built),
         "html": lambda: to_html(built, rates_by_grader_version(store, frozen)),
         "swebench": lambda: canonical_json(to_swebench(built)).decode() + "\n",
         "table": lambda: table_text(built),
-    }[format]
+    }
+    text = renderers[format]
     if output is not None:
         output.write_text(text())
         out.print(f"report {built['report_digest']} -> {output}")

@@ -23,6 +23,10 @@ out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
 def render_comparison(diff: dict[str, Any]) -> None:
     """Print verdict flips and pass-rate changes between two stored reports."""
     flips = Table("case", "candidate", "#", "before", "after", "graders", title=f"{len(diff['flips'])} verdict flips")
@@ -32,10 +36,9 @@ def render_comparison(diff: dict[str, Any]) -> None:
     out.print(flips)
     rates = Table("candidate", "before", "after", "change", title="pass rate per candidate")
     for name, rate in diff["pass_rates"].items():
-        pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
         change = "-" if rate["change"] is None else f"{100 * rate['change']:+.1f} pts"
-        rates.add_row(name, f"{pct(rate['before'])} ({', '.join(rate['graders_before'])})",
-                      f"{pct(rate['after'])} ({', '.join(rate['graders_after'])})", change)
+        rates.add_row(name, f"{_percent(rate['before'])} ({', '.join(rate['graders_before'])})",
+                      f"{_percent(rate['after'])} ({', '.join(rate['graders_after'])})", change)
     out.print(rates)
 
 
@@ -77,8 +80,8 @@ def render_report(built: dict[str, Any], console: Console | None = None) -> None
         if judged:
             judge = item.get("judge")
             row.append("-" if judge is None else
-                       f"{'pass' if judge['passed'] else 'fail'}{' (' + judge['failure'] + ')' if judge['failure'] else ''}"
-                       f" ({judge['generation']})")
+                       f"{'pass' if judge['passed'] else 'fail'}"
+                       f"{' (' + judge['failure'] + ')' if judge['failure'] else ''} ({judge['generation']})")
         attempts.add_row(*row)
     console.print(attempts)
     rates = Table("candidate", "attempts", "resolved", "pass rate", "graders", title="pass rate per candidate")

@@ -24,11 +24,12 @@ class RegistryDamaged(TribunalError):
 def doctor_markdown(report: DoctorReport) -> str:
     """The findings as the UI shows them."""
     lines = [f"# doctor: {report.registry}", "",
-             f"{report.commits} commits, {report.entries} entries, {report.segments} segments, {report.objects} objects", ""]
+             f"{report.commits} commits, {report.entries} entries, {report.segments} segments, "
+             f"{report.objects} objects", ""]
     if report.head is not None:
         lines += [f"Head to pin: `{report.head.seq}:{report.head.entry_hash}`", ""]
     if report.clean:
-        return "\n".join(lines + ["**clean**: no findings"]) + "\n"
+        return "\n".join([*lines, "**clean**: no findings"]) + "\n"
     lines += [f"**{len(report.findings)} findings**", "", "| kind | where | finding |", "|---|---|---|"]
     lines += [f"| {f.kind} | {f.where} | {f.message.replace('|', '/')} |" for f in report.findings]
     return "\n".join(lines) + "\n"

@@ -86,7 +86,7 @@ def task_runner(request: EvaluateRequest, bench: Workbench) -> TaskRunner[Any]:
     """
     if request.runner is Runner.THREADS:
         return ThreadPoolTaskRunner(max_workers=bench.preparers)
-    from prefect_dask import DaskTaskRunner
+    from prefect_dask.task_runners import DaskTaskRunner
 
     if request.dask_address:
         return DaskTaskRunner(address=request.dask_address)
@@ -129,7 +129,8 @@ def evaluate(request: EvaluateRequest) -> EvaluateSummary:
                 "states": {ref.attempt_id: states[ref.attempt_id] for ref in batch if ref.attempt_id in states},
                 "plan": plan, "config": config, "registry": registry, "bench": bench,
             }))
-            for batch in batches(pending, bench.preparers * (request.dask_workers if request.runner is Runner.DASK else 1))
+            for batch in batches(pending,
+                                 bench.preparers * (request.dask_workers if request.runner is Runner.DASK else 1))
         ]
         for size, future in work:
             stopped += future.result()

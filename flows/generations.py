@@ -31,7 +31,7 @@ def run_batches(batch_task: Task[..., Any], registry: Registry, plan: Plan, para
     progress = Progress(operation, plan.experiment, len(work))
     results = []
     with workbench(concurrency, prefix=f"tribunal-{operation}-") as bench, \
-            ThreadPoolTaskRunner(max_workers=bench.preparers) as runner:
+            ThreadPoolTaskRunner[Any](max_workers=bench.preparers) as runner:
         futures = [runner.submit(batch_task, {"attempt_ids": work[start : start + BATCH], "experiment": plan.experiment,
                                               "registry": registry, "bench": bench, **parameters})
                    for start in range(0, len(work) if stop is None else stop, BATCH)]
@@ -46,7 +46,10 @@ def run_batches(batch_task: Task[..., Any], registry: Registry, plan: Plan, para
 
 def seal_new_version(registry: Registry, plan: Plan, previous: str, head_before: str | None, profile: str | None,
                      outcomes: list[RegradeOutcome], operation: str) -> tuple[str, dict[str, Any]]:
-    """Rewrite the experiment record, append the mutation receipt, publish the outcome; return record digest and report."""
+    """Rewrite the experiment record, append the mutation receipt, publish the outcome.
+
+    Returns the record's digest and the report.
+    """
     summaries = current_summaries(registry, plan)
     _, new_record = seal_experiment_record(registry, plan, summaries)
     record_mutation(registry, plan, previous, new_record, profile, outcomes, head_before, operation=operation)

@@ -65,7 +65,8 @@ def describe(request: RegradeRequest) -> str:
     plan = load_plan(Path(request.plan_path))
     config = load_config(find_config(request.config_path))
     names = {request.profile} if request.profile else {c.grader_profile for c in plan.cases}
-    versions = sorted(config.grader_profiles[n].version if n in config.grader_profiles else "unavailable" for n in names)
+    versions = sorted(config.grader_profiles[n].version if n in config.grader_profiles else "unavailable"
+                      for n in names)
     return f"{plan.experiment}-{'+'.join(versions)}"
 
 

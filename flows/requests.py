@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 R = TypeVar("R", bound=BaseModel)
 
 
-class Runner(str, Enum):
+class Runner(str, Enum):  # noqa: UP042  (a StrEnum would change str() and format() of a member)
     """Where batch tasks execute."""
 
     THREADS = "threads"
@@ -63,7 +63,8 @@ class RegradeRequest(Concurrent):
 class RejudgeRequest(Concurrent):
     """Judge retained candidate truth again with a judge's current policy."""
 
-    judge: str | None = Field(None, title="Judge", description="Judge every attempt with this judge; empty: each case's.")
+    judge: str | None = Field(None, title="Judge",
+                              description="Judge every attempt with this judge; empty: each case's.")
 
 
 class CalibrateRequest(BaseModel):
@@ -72,7 +73,8 @@ class CalibrateRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     set_path: str = Field(title="Calibration set", description="JSONL: a provenance line, then one item per line.")
-    profile: str | None = Field(None, title="Grader profile", description="The profile whose current bytes are calibrated.")
+    profile: str | None = Field(None, title="Grader profile",
+                                description="The profile whose current bytes are calibrated.")
     judge: str | None = Field(None, title="Judge", description="Or: the judge whose current policy is calibrated.")
     registry_url: str = Field(title="Registry", description="A directory or s3://bucket/prefix.")
     config_path: str | None = Field(

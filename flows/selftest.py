@@ -19,8 +19,13 @@ from pydantic import BaseModel, ConfigDict
 
 from registry import Registry, Role, freeze_experiment
 
-CANDIDATE = "import sys\nsys.stdin.read()\nopen(sys.argv[1], 'a').write('run\\n')\nopen('answer.txt', 'w').write('42\\n')\n"
-GRADER = "import json, sys\nstate = json.load(sys.stdin)\nprint(json.dumps({{'passed': state['candidate_succeeded'], 'v': {v}}}))\n"
+CANDIDATE = (
+    "import sys\nsys.stdin.read()\nopen(sys.argv[1], 'a').write('run\\n')\nopen('answer.txt', 'w').write('42\\n')\n"
+)
+GRADER = (
+    "import json, sys\nstate = json.load(sys.stdin)\n"
+    "print(json.dumps({{'passed': state['candidate_succeeded'], 'v': {v}}}))\n"
+)
 
 
 class ControlResult(BaseModel):
@@ -43,7 +48,8 @@ def _write_grader(root: Path, version: int) -> None:
     grader.write_text(GRADER.format(v=version))
     sha = hashlib.sha256(grader.read_bytes()).hexdigest()
     (root / "tribunal.toml").write_text(
-        f'[grader_profiles.control]\npath = "grader.py"\nsha256 = "{sha}"\ngrader_id = "control"\nversion = "{version}"\n'
+        f'[grader_profiles.control]\npath = "grader.py"\nsha256 = "{sha}"\n'
+        f'grader_id = "control"\nversion = "{version}"\n'
         '[sandbox]\nread_write = ["counter"]\n'  # the one place the sandboxed candidate may leave its count
     )
 

@@ -77,7 +77,8 @@ def check_links(table: pa.Table, start_seq: int = 0, start_prev: str | None = No
         )
     if prev[0].as_py() != start_prev:
         findings.append(
-            Finding(kind="prev-link-broken", seq=first, message=f"seq {first}: prev_hash does not name the entry before it")
+            Finding(kind="prev-link-broken", seq=first,
+                    message=f"seq {first}: prev_hash does not name the entry before it")
         )
     steps = pc.subtract(seq.slice(1), seq.slice(0, len(seq) - 1))
     for i in _positions(pc.not_equal(steps, 1)):

@@ -78,7 +78,8 @@ def _check_segments(registry: Registry, commits: list[tuple[int, pa.Table]]) -> 
             continue
         if len(parts) != last - first + 1 or not stored.equals(expected):
             findings.append(
-                Finding(kind="segment-mismatch", version=first, message=f"segment of commits {first}..{last} differs from those commits")
+                Finding(kind="segment-mismatch", version=first,
+                        message=f"segment of commits {first}..{last} differs from those commits")
             )
     return len(ranges), findings
 
@@ -91,13 +92,15 @@ def _check_objects(registry: Registry, table: pa.Table) -> tuple[int, list[Findi
         for object_digest, data in zip(batch, registry.storage.read_many([object_key(d) for d in batch]), strict=True):
             if data is None or digest(data) != object_digest:
                 findings.append(
-                    Finding(kind="object-corrupt", digest=object_digest, message=f"object {object_digest}: bytes do not match the address")
+                    Finding(kind="object-corrupt", digest=object_digest,
+                            message=f"object {object_digest}: bytes do not match the address")
                 )
     present = set(stored)
     for seq, object_digest in zip(table.column("seq").to_pylist(), table.column("digest").to_pylist(), strict=True):
         if object_digest not in present:
             findings.append(
-                Finding(kind="object-missing", seq=seq, digest=object_digest, message=f"seq {seq} names object {object_digest}, which is not stored")
+                Finding(kind="object-missing", seq=seq, digest=object_digest,
+                        message=f"seq {seq} names object {object_digest}, which is not stored")
             )
     return len(stored), findings
 
@@ -116,7 +119,9 @@ def check_registry(registry: Registry, pins: Iterable[Pin] = ()) -> DoctorReport
     head = None
     if table.num_rows:
         head = Head(
-            version=commits[-1][0], seq=table.column("seq")[-1].as_py(), entry_hash=table.column("entry_hash")[-1].as_py()
+            version=commits[-1][0],
+            seq=table.column("seq")[-1].as_py(),
+            entry_hash=table.column("entry_hash")[-1].as_py(),
         )
     return DoctorReport(
         registry=registry.url,

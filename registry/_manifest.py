@@ -304,7 +304,8 @@ class Manifest:
         mine = (landed.schema.metadata or {}).get(NONCE_KEY) == nonce
         self._apply(version, landed)
         if mine:
-            return landed.to_pylist()
+            landed_rows: list[dict[str, Any]] = landed.to_pylist()
+            return landed_rows
         self._catch_up()
         return None
 

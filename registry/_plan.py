@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field, model_serializer, model_validator
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
@@ -21,7 +21,7 @@ from registry._errors import PlanDrift, SpecError
 from registry._models import Digest, Name, Strict, validate_as
 from registry._sandbox import Network
 
-PLAN_SCHEMA = "tribunal.plan.v1"
+PLAN_SCHEMA: Final = "tribunal.plan.v1"
 
 
 class CaseSpec(Strict):
@@ -178,10 +178,10 @@ def load_plan(path: Path) -> Plan:
 def load_spec(path: Path, data: dict[str, object]) -> ExperimentSpec:
     """Validate experiment.toml contents, including uniqueness of ids."""
     spec = validate_as(ExperimentSpec, data, str(path))
-    for table, items in (("case", spec.case), ("candidate", spec.candidate)):
+    for table, ids in (("case", [c.id for c in spec.case]), ("candidate", [c.id for c in spec.candidate])):
         seen: set[str] = set()
-        for position, item in enumerate(items):
-            if item.id in seen:
-                raise SpecError(f"{path}: {table}[{position}].id: duplicate {table} id {item.id!r}")
-            seen.add(item.id)
+        for position, item_id in enumerate(ids):
+            if item_id in seen:
+                raise SpecError(f"{path}: {table}[{position}].id: duplicate {table} id {item_id!r}")
+            seen.add(item_id)
     return spec

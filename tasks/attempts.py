@@ -113,7 +113,8 @@ class AttemptState:
         return Role.CANDIDATE_RESULT in self.entries
 
 
-def attempt_states(registry: Registry, experiment: str, attempt_ids: list[str] | None = None) -> dict[str, AttemptState]:
+def attempt_states(registry: Registry, experiment: str,
+                   attempt_ids: list[str] | None = None) -> dict[str, AttemptState]:
     """Return the newest entry per role for every attempt of an experiment (or of ``attempt_ids``)."""
     by_attempt: dict[str, list[ManifestEntry]] = defaultdict(list)
     for entry in registry.entries(experiment_id=experiment, attempt_ids=attempt_ids):
@@ -160,7 +161,8 @@ def grade_retained(retained: RetainedAttempt, config: Config, registry: Registry
     contract = retained.contract
     grading = grade(
         attempt_id=contract.attempt_id, profile_name=contract.grader_profile, config=config,
-        grader_input=grader_input_for(retained, registry.scoring_secret()), snapshot=lambda: registry.get(contract.snapshot_digest),
+        grader_input=grader_input_for(retained, registry.scoring_secret()),
+        snapshot=lambda: registry.get(contract.snapshot_digest),
         patch=retained.patch, bench=bench,
     )
     store_grading(registry, contract, grading, generation=1, step="grading")
@@ -192,8 +194,8 @@ def evaluate_attempt(contract: AttemptContract, state: AttemptState | None, plan
     if state is None or not state.sealed:
         failed = grade_retained(retained, config, registry, bench).failure is not None
     if contract.judge is not None:
-        failed = judge_attempt(registry, retained, config, bench,
-                               scoring_id=scoring_id(registry.scoring_secret(), contract.attempt_id)).failure is not None or failed
+        scoring = scoring_id(registry.scoring_secret(), contract.attempt_id)
+        failed = judge_attempt(registry, retained, config, bench, scoring_id=scoring).failure is not None or failed
     attempt_done("grader or judge failure" if failed else "graded")
     return None
 
@@ -211,7 +213,7 @@ def _profile_isolated(registry: Registry, profile_digest: str | None) -> bool:
 
 
 def ran_isolated(registry: Registry, state: AttemptState, candidate: CandidateResult, receipt: GraderReceipt) -> bool:
-    """Both programs behind a verdict ran sandboxed: the grader, and the candidate unless it was a replayed prediction."""
+    """Both programs behind a verdict ran sandboxed: the grader, and the candidate unless it replayed a prediction."""
     if not _profile_isolated(registry, receipt.sandbox_profile):
         return False
     if candidate.sandbox_profile is None:
@@ -232,7 +234,8 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
     receipt = registry.load(receipt_entry.digest, GraderReceipt)
     result = registry.load(receipt.result_hash, GraderResult)
     judgements = [
-        JudgementLine(generation=j.generation, passed=j.passed, failure=j.failure, judge_policy_hash=j.judge_policy_hash,
+        JudgementLine(generation=j.generation, passed=j.passed, failure=j.failure,
+                      judge_policy_hash=j.judge_policy_hash,
                       judgement_digest=entry.digest)
         for entry in state.history if entry.role == Role.JUDGEMENT
         for j in [registry.load(entry.digest, Judgement)]
@@ -248,6 +251,7 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
         generation=receipt_entry.generation or 1, receipt_digest=receipt_entry.digest,
         evidence={role: entry.digest for role, entry in sorted(state.entries.items())}, judgements=judgements,
         failure_labels=failure_labels(harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded,
-                                      graders_passed=result.passed, judges_passed=all(j.passed for j in judgements[-1:])),
+                                      graders_passed=result.passed,
+                                      judges_passed=all(j.passed for j in judgements[-1:])),
         isolated=ran_isolated(registry, state, candidate, receipt),
     )

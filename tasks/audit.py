@@ -63,16 +63,19 @@ def _check_receipt(registry: Registry, receipt_entry: ManifestEntry, entries: li
         return [_finding("receipt-unreadable", receipt_entry, "grader receipt does not parse")]
     findings = []
     if not receipt_seal_holds(receipt):
-        findings.append(_finding("receipt-seal-broken", receipt_entry, "integrity hash does not cover the receipt's fields"))
+        findings.append(_finding("receipt-seal-broken", receipt_entry,
+                                 "integrity hash does not cover the receipt's fields"))
     if receipt.attempt_id != receipt_entry.attempt_id:
         findings.append(_finding("receipt-misfiled", receipt_entry, "receipt names another attempt"))
     by_digest = {entry.digest: entry for entry in entries}
-    for label, claimed in (("input", receipt.input_hash), ("output", receipt.output_hash), ("result", receipt.result_hash)):
+    named = (("input", receipt.input_hash), ("output", receipt.output_hash), ("result", receipt.result_hash))
+    for label, claimed in named:
         entry = by_digest.get(claimed)
         blob = _load(registry, entry) if entry is not None else None
         if blob is None or digest(blob) != claimed:
             findings.append(_finding("receipt-artifact-missing", receipt_entry,
-                                     f"grader {label} {claimed} is not in this attempt's manifest entries or does not read back"))
+                                     f"grader {label} {claimed} is not in this attempt's manifest entries "
+                                     "or does not read back"))
     if receipt.sandbox_profile is not None and not _profile_readable(registry, receipt.sandbox_profile):
         findings.append(_finding("sandbox-profile-missing", receipt_entry,
                                  f"sandbox profile {receipt.sandbox_profile} is not stored or does not parse"))
@@ -81,9 +84,10 @@ def _check_receipt(registry: Registry, receipt_entry: ManifestEntry, entries: li
         try:
             result = GraderResult.model_validate(json.loads(blob))
         except (ValueError, ValidationError):
-            return findings + [_finding("receipt-unreadable", result_entry, "grader result does not parse")]
+            return [*findings, _finding("receipt-unreadable", result_entry, "grader result does not parse")]
         for field in receipt_disagreements(receipt, result):
-            findings.append(_finding("receipt-result-disagrees", receipt_entry, f"result and receipt disagree on {field}"))
+            findings.append(_finding("receipt-result-disagrees", receipt_entry,
+                                     f"result and receipt disagree on {field}"))
     return findings
 
 
@@ -135,7 +139,8 @@ def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Find
     findings = []
     generations = [entry.generation or 1 for entry in receipts]
     if generations != list(range(1, len(receipts) + 1)):
-        findings.append(_finding("generation-gap", receipts[-1], f"receipt generations run {generations}, not 1..{len(receipts)}"))
+        findings.append(_finding("generation-gap", receipts[-1],
+                                 f"receipt generations run {generations}, not 1..{len(receipts)}"))
     newest_result = next((e for e in reversed(entries) if e.role == Role.GRADER_RESULT), None)
     if newest_result is not None and (blob := _load(registry, receipts[-1])) is not None:
         try:

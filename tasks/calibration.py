@@ -6,8 +6,9 @@ case's frozen snapshot and prompt hash from the plan with the patch as the
 candidate's. The grader never sees the item id, the adjudicated label, the
 stratum or the adjudicator: its scoring id is derived from the set digest
 and the item id. A model judge is asked through the same adapters as in a
-run, about the item's blinded candidate (patch, and transcript when retained). The gate decision and every item's outcome are sealed in
-one calibration record in the registry.
+run, about the item's blinded candidate (patch, and transcript when
+retained). The gate decision and every item's outcome are sealed in one
+calibration record in the registry.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from registry import (
@@ -82,15 +84,18 @@ def subjects(registry: Registry, calibration_set: CalibrationSet, plan: Plan | N
     for item in calibration_set.items:
         if item.attempt is not None:
             if item.attempt not in states:
-                raise UsageError(f"calibration item {item.item_id}: attempt {item.attempt} is not in registry {registry.url}")
+                raise UsageError(f"calibration item {item.item_id}: attempt {item.attempt} "
+                                 f"is not in registry {registry.url}")
             retained = retained_evidence(registry, states[item.attempt], item.attempt, profile)
             snapshot_digest = retained.contract.snapshot_digest
-            made.append(Subject(item, grader_input_for(retained, registry.scoring_secret()), lambda d=snapshot_digest: registry.get(d),
+            made.append(Subject(item, grader_input_for(retained, registry.scoring_secret()),
+                                partial(registry.get, snapshot_digest),
                                 retained.patch, registry.get(retained.result.transcript_digest)))
             continue
         case = cases.get(item.case or "")
         if case is None:
-            where = "pass --plan with the plan that froze it" if plan is None else f"plan {plan.experiment} has no such case"
+            where = ("pass --plan with the plan that froze it" if plan is None
+                     else f"plan {plan.experiment} has no such case")
             raise UsageError(f"calibration item {item.item_id}: case {item.case!r} unknown ({where})")
         patch = (item.patch or "").encode()
         attempt_id = item_attempt_id(calibration_set.set_digest, item.item_id)
@@ -101,7 +106,7 @@ def subjects(registry: Registry, calibration_set: CalibrationSet, plan: Plan | N
             grader_profile=profile, candidate_succeeded=True, patch_digest=digest(patch),
             terminal_evidence_digest=digest_json(["calibration-item", attempt_id]), patch=patch.decode(),
         )
-        made.append(Subject(item, grader_input, lambda d=case.snapshot_digest: registry.get(d), patch))
+        made.append(Subject(item, grader_input, partial(registry.get, case.snapshot_digest), patch))
     return made
 
 

@@ -21,7 +21,8 @@ def judge_key(policy: str) -> str:
 
 def _status(subject: str, found: tuple[str, CalibrationRecord] | None) -> dict[str, Any]:
     if found is None:
-        return {"status": "uncalibrated", "record": None, "failures": [f"calibration: {subject} has no calibration record"]}
+        return {"status": "uncalibrated", "record": None,
+                "failures": [f"calibration: {subject} has no calibration record"]}
     record_digest, record = found
     return {"status": "passed" if record.decision.passed else "failed", "record": record_digest,
             "failures": [f"calibration of {subject}: {failure}" for failure in record.decision.failures]}

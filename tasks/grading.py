@@ -86,7 +86,8 @@ def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: G
     if profile is None:
         grader_id, version, failure = f"missing:{profile_name}", UNAVAILABLE, "grader profile is not configured"
     elif not profile.grader_id.strip() or not profile.version.strip():
-        grader_id, version, failure = f"missing:{profile_name}", UNAVAILABLE, "grader profile has a blank grader_id or version"
+        grader_id, version, failure = (f"missing:{profile_name}", UNAVAILABLE,
+                                       "grader profile has a blank grader_id or version")
     else:
         grader_id, version = profile.grader_id, profile.version
         sandbox = grader_sandbox(config, profile_name, profile)

@@ -63,7 +63,8 @@ def _truth_findings(registry: Registry, of: dict[Role, list[ManifestEntry]],
                     chain: list[tuple[str, Judgement]]) -> list[Finding]:
     """Each judgement's truth is stored for this attempt and binds the retained transcript and patch."""
     truths = {entry.digest: entry for entry in of[Role.CANDIDATE_TRUTH]}
-    result = read_record(registry, of[Role.CANDIDATE_RESULT][-1], CandidateResult) if of[Role.CANDIDATE_RESULT] else None
+    result = (read_record(registry, of[Role.CANDIDATE_RESULT][-1], CandidateResult)
+              if of[Role.CANDIDATE_RESULT] else None)
     findings = []
     for object_digest, judgement in chain:
         entry = truths.get(judgement.candidate_truth_hash)

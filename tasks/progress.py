@@ -19,7 +19,7 @@ _lock = threading.Lock()
 @contextmanager
 def listening(listener: Listener) -> Iterator[None]:
     """Install ``listener``, called with (status, count) as attempts finish or are skipped."""
-    global _listener
+    global _listener  # noqa: PLW0603  (the process-wide hook is what this module is)
     _listener = listener
     try:
         yield

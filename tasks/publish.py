@@ -65,7 +65,8 @@ def publish(registry: Registry, plan: Plan, grader_version: str | None = None) -
     report = None if findings else build_report(registry, plan, grader_version)
     calibration = [failure for entry in (report or {}).get("calibration", {}).values() for failure in entry["failures"]]
     unisolated = report["summary"]["unisolated"] if report else 0
-    isolation = [f"{unisolated} attempts ran without a sandbox: their numbers are unisolated (SPEC §11)"] * bool(unisolated)
+    isolation = [f"{unisolated} attempts ran without a sandbox: their numbers are unisolated (SPEC §11)"
+                 ] * bool(unisolated)
     gate_failures = calibration + isolation
     record = AuditRecord(
         scope={"experiment": plan.experiment, "plan_hash": plan.plan_hash, "attempts": len(attempt_ids),

@@ -112,7 +112,8 @@ def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
     contract = retained.contract
     grading = grade(
         attempt_id=attempt_id, profile_name=retained.contract.grader_profile, config=config,
-        grader_input=grader_input_for(retained, registry.scoring_secret()), snapshot=lambda: registry.get(contract.snapshot_digest),
+        grader_input=grader_input_for(retained, registry.scoring_secret()),
+        snapshot=lambda: registry.get(contract.snapshot_digest),
         patch=retained.patch, bench=bench,
     )
     current = state.entries.get(Role.GRADER_RECEIPT)
@@ -126,7 +127,8 @@ def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
 
 
 def record_mutation(registry: Registry, plan: Plan, previous: str, new_record: str, profile: str | None,
-                    outcomes: list[RegradeOutcome], head_before: str | None, operation: str = "regrade") -> MutationReceipt:
+                    outcomes: list[RegradeOutcome], head_before: str | None,
+                    operation: str = "regrade") -> MutationReceipt:
     """Append the receipt of a regrade's (or rejudge's) change to the canonical record."""
     receipt = MutationReceipt(
         operation=operation, experiment=plan.experiment, plan_hash=plan.plan_hash, grader_profile=profile,

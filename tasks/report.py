@@ -72,7 +72,8 @@ def _append_derived(registry: Registry, plan: Plan, role: Role, body: bytes, txn
     if existing is not None:
         return existing.digest
     object_digest = registry.put(body)
-    registry.append([NewEntry(txn=txn, role=role.value, experiment_id=plan.experiment, digest=object_digest, size=len(body))])
+    registry.append([NewEntry(txn=txn, role=role.value, experiment_id=plan.experiment, digest=object_digest,
+                              size=len(body))])
     return object_digest
 
 
@@ -88,7 +89,8 @@ def seal_experiment_record(registry: Registry, plan: Plan,
     )
     body = canonical_json(record.model_dump(mode="json"))
     record_id = digest_json(record.model_dump(mode="json", exclude={"manifest_head"}))
-    record_digest = _append_derived(registry, plan, Role.EXPERIMENT_RECORD, body, f"record:{plan.plan_hash}:{record_id}")
+    record_digest = _append_derived(registry, plan, Role.EXPERIMENT_RECORD, body,
+                                    f"record:{plan.plan_hash}:{record_id}")
     return record, record_digest
 
 
@@ -122,7 +124,8 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
     if summaries is None:
         summaries = current_summaries(registry, plan, grader_version)
     cases = {case.id: case for case in plan.cases}
-    attempts, pending = [], 0
+    attempts: list[dict[str, Any]] = []
+    pending = 0
     for ref in plan.attempt_refs():
         summary = summaries.get(ref.attempt_id)
         if summary is None:
@@ -172,7 +175,8 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
 
 def rates_by_grader_version(registry: Registry, plan: Plan) -> dict[str, dict[str, float]]:
     """Pass rate per candidate under each grader version that graded the experiment (for charts)."""
-    versions = sorted({e.grader_version for e in registry.entries(experiment_id=plan.experiment, role=Role.GRADER_RECEIPT)
+    versions = sorted({e.grader_version
+                       for e in registry.entries(experiment_id=plan.experiment, role=Role.GRADER_RECEIPT)
                        if e.grader_version is not None})
     series: dict[str, dict[str, float]] = defaultdict(dict)
     for version in versions:
@@ -214,5 +218,6 @@ def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, 
         was_rate, now_rate = (was or {}).get("pass_rate"), (now or {}).get("pass_rate")
         change = round(now_rate - was_rate, 4) if was_rate is not None and now_rate is not None else None
         rates[name] = {"before": was_rate, "after": now_rate, "change": change,
-                       "graders_before": (was or {}).get("graders", []), "graders_after": (now or {}).get("graders", [])}
+                       "graders_before": (was or {}).get("graders", []),
+                       "graders_after": (now or {}).get("graders", [])}
     return {"before": before["report_digest"], "after": after["report_digest"], "flips": flips, "pass_rates": rates}

@@ -59,7 +59,8 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | {tally['attempts']} | {tally['resolved']} | {candidate_rate(tally)} | "
                          f"{', '.join(tally['graders'])} |")
     lines += ["", "| case | cohort key | attempts | resolved | pass rate |", "|---|---|---|---|---|"]
-    lines += [f"| {c['case_id']} | `{c['cohort_key'][:19]}…` | {c['attempts']} | {c['resolved']} | {_rate(c['pass_rate'])} |"
+    lines += [f"| {c['case_id']} | `{c['cohort_key'][:19]}…` | {c['attempts']} | {c['resolved']} "
+              f"| {_rate(c['pass_rate'])} |"
               for c in report["cohorts"]]
     lines += ["", "| case | candidate | # | verdict | grader | generation |", "|---|---|---|---|---|---|"]
     lines += [f"| {a['case_id']} | {a['candidate_id']} | {a['index']} | {a['terminal_class']} | "
@@ -89,7 +90,8 @@ def _chart(series: dict[str, dict[str, float]]) -> str:
         parts.append(f'<text x="{x}" y="{height + 28}" font-size="11">{html.escape(candidate)}</text>')
         x += len(versions) * bar + gap
     for n, version in enumerate(versions):
-        parts.append(f'<rect x="{50 + n * 150}" y="{height + 45}" width="10" height="10" fill="{palette[n % len(palette)]}"/>'
+        parts.append(f'<rect x="{50 + n * 150}" y="{height + 45}" width="10" height="10" '
+                     f'fill="{palette[n % len(palette)]}"/>'
                      f'<text x="{64 + n * 150}" y="{height + 54}" font-size="11">{html.escape(version)}</text>')
     return "".join(parts) + "</svg>"
 
@@ -141,7 +143,8 @@ def to_swebench(report: dict[str, Any]) -> dict[str, Any]:
         ids = {a["attempt_id"]: f"{a['case_id']}#{a['index']}" if repeated else a["case_id"] for a in attempts}
         resolved = sorted(ids[a["attempt_id"]] for a in attempts if a["resolved"])
         errors = sorted(ids[a["attempt_id"]] for a in attempts if a["terminal_class"] == "harness_invalid")
-        unresolved = sorted(ids[a["attempt_id"]] for a in attempts if not a["resolved"] and ids[a["attempt_id"]] not in errors)
+        unresolved = sorted(ids[a["attempt_id"]] for a in attempts
+                            if not a["resolved"] and ids[a["attempt_id"]] not in errors)
         out[candidate] = {
             "total_instances": len(attempts), "submitted_instances": len(attempts),
             "completed_instances": len(attempts) - len(errors), "resolved_instances": len(resolved),

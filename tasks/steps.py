@@ -14,7 +14,8 @@ try sealed or retained are not run again.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
@@ -25,6 +26,9 @@ from registry import AttemptContract, Config, Plan, Registry
 from registry._errors import CommitOutcomeUnknown
 from tasks.attempts import AttemptState, attempt_states, evaluate_attempt
 from tasks.execution.workbench import Workbench
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def infrastructure_failure(task: Task[Any, Any], task_run: TaskRun, state: State[Any]) -> bool:
@@ -38,7 +42,8 @@ def infrastructure_failure(task: Task[Any, Any], task_run: TaskRun, state: State
     return False
 
 
-def step(name: str) -> Any:
+# Typed like Prefect's own task(...) factory, so batch tasks keep their signatures under mypy strict.
+def step(name: str) -> Callable[[Callable[P, R]], Task[P, R]]:
     """The task decorator of batch tasks: no caching, no persisted results, infrastructure retries."""
     return task(name=name, cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=1,
                 retry_condition_fn=infrastructure_failure)

@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo"
 
 
-def tribunal(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def tribunal(*args: str, cwd: Path | None = None,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real console entry point in a child process, as a user would."""
     return subprocess.run(
         [sys.executable, "-c", "from flows.cli import main; main()", *args],
@@ -23,6 +24,7 @@ def tribunal(*args: str, cwd: Path | None = None, env: dict[str, str] | None = N
         cwd=cwd,
         env=env,
         timeout=600,
+        check=False,
     )
 
 

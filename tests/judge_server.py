@@ -42,7 +42,7 @@ def judge_server() -> Iterator[JudgeServer]:
     state = JudgeServer(url="")
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             state.requests.append(body)
             state.headers.append(dict(self.headers))

@@ -23,7 +23,8 @@ def make_judged(target: Path, endpoint: str, model: str) -> Path:
     shutil.copytree(DEMO, target, ignore=shutil.ignore_patterns("__pycache__", "judged.py"), dirs_exist_ok=True)
     spec = target / "experiment.toml"
     text = spec.read_text().replace('experiment = "demo"\n', 'experiment = "demo-judged"\n')
-    spec.write_text(text.replace('grader_profile = "unit-tests"\n', 'grader_profile = "unit-tests"\njudge = "review"\n'))
+    spec.write_text(text.replace('grader_profile = "unit-tests"\n',
+                                 'grader_profile = "unit-tests"\njudge = "review"\n'))
     rubric_sha = hashlib.sha256((target / "rubric.md").read_bytes()).hexdigest()
     with open(target / "tribunal.toml", "a") as config:
         config.write(

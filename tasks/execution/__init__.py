@@ -1,1 +1,4 @@
-"""Running untrusted programs: process supervision, the sandbox, workspaces, the workbench, candidates, pinned programs."""
+"""Running untrusted programs.
+
+Process supervision, the sandbox, workspaces, the workbench, candidates, pinned programs.
+"""

@@ -56,7 +56,8 @@ def check_pinned_file(path: Path, sha256: str, what: str) -> Refusal | None:
     if not stat.S_ISREG(mode):
         return Refusal("unavailable", f"{what} file is not a regular file")
     if file_sha256(path) != sha256:
-        return Refusal("unavailable", f"{what} file sha256 does not match the {'profile' if what == 'grader' else 'pin'}")
+        return Refusal("unavailable",
+                       f"{what} file sha256 does not match the {'profile' if what == 'grader' else 'pin'}")
     return None
 
 

@@ -113,7 +113,8 @@ def _identity_mismatch(contract: AttemptContract, observed: ObservedIdentity) ->
 
 
 def _terminal(contract: AttemptContract, outcome: ProcessOutcome, observed: ObservedIdentity,
-              sessions: list[str], cost: float | None, reason: str | None, limit: str | None = None) -> TerminalEvidence:
+              sessions: list[str], cost: float | None, reason: str | None,
+              limit: str | None = None) -> TerminalEvidence:
     status = "timeout" if outcome.timed_out else "completed" if outcome.completed and limit is None else "failed"
     return TerminalEvidence(
         attempt_id=contract.attempt_id, status=status, exit_code=outcome.exit_code, started=outcome.started,
@@ -154,7 +155,8 @@ def _candidate_env(config: Config, layout: Layout, contract: AttemptContract) ->
 
 
 def execute_candidate(
-    contract: AttemptContract, plan: Plan, candidate: PlanCandidate, config: Config, registry: Registry, bench: Workbench
+    contract: AttemptContract, plan: Plan, candidate: PlanCandidate, config: Config, registry: Registry,
+    bench: Workbench,
 ) -> CandidateRun:
     """Run one attempt's candidate in its sandbox on a fresh workspace and collect its evidence."""
     prompt = registry.get(contract.prompt_hash)
@@ -228,7 +230,8 @@ def _replay_prediction(
         except WorkspaceError:
             reason = "prediction patch does not apply"
     mismatch = _identity_mismatch(contract, observed)
-    outcome = ProcessOutcome(("predictions",), started, utc_timestamp(), 0.0, 0 if reason is None else 1, False, b"", b"", 0)
+    outcome = ProcessOutcome(("predictions",), started, utc_timestamp(), 0.0, 0 if reason is None else 1, False,
+                             b"", b"", 0)
     transcript = f"replayed prediction for {contract.case_id}: {reason or 'patch applied'}\n".encode()
     return CandidateRun(
         contract=contract, transcript=transcript, patch=patch,

@@ -21,7 +21,7 @@ import selectors
 import signal
 import subprocess
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,10 +74,8 @@ class _Capped:
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_program(
@@ -111,7 +109,8 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], stdin: bytes, timeout_
             pass_fds=pass_fds,
         )
     except OSError as error:
-        return ProcessOutcome(tuple(argv), started, utc_timestamp(), 0.0, None, False, b"", b"", 0, error.strerror or str(error))
+        return ProcessOutcome(tuple(argv), started, utc_timestamp(), 0.0, None, False, b"", b"", 0,
+                              error.strerror or str(error))
     out, err = _Capped(max_output_bytes), _Capped(max_output_bytes)
     try:
         timed_out = _supervise(process, stdin, out, err, deadline=clock + timeout_s)
@@ -168,7 +167,7 @@ def _supervise(process: subprocess.Popen[bytes], stdin: bytes, out: _Capped, err
                 if exited and drain_until == float("inf"):
                     _kill_group(process.pid)
                     drain_until = now + DRAIN_GRACE_S
-                if not outputs_open and exited or now >= drain_until:
+                if (not outputs_open and exited) or now >= drain_until:
                     return timed_out
                 limit = min(deadline if not exited else drain_until, now + (EXIT_POLL_S if pidfd is None else 3600))
                 for key, _ in selector.select(max(0.0, limit - now)):

@@ -129,5 +129,6 @@ def process_workbench(concurrency: int) -> Workbench:
         if concurrency not in _process_benches:
             scratch, _ = _locked_scratch("tribunal-worker-")
             atexit.register(shutil.rmtree, scratch, True)
-            _process_benches[concurrency] = Workbench(Path(scratch), concurrency, threading.BoundedSemaphore(concurrency))
+            _process_benches[concurrency] = Workbench(Path(scratch), concurrency,
+                                                      threading.BoundedSemaphore(concurrency))
         return _process_benches[concurrency]

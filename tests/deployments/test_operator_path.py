@@ -68,7 +68,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 def generations(registry: str) -> list[tuple[int, str]]:
     """(generation, grader version) of every grader result, in manifest order."""
-    return [(e.generation or 0, e.grader_version or "") for e in Registry.open(registry).entries(role=Role.GRADER_RESULT)]
+    return [(e.generation or 0, e.grader_version or "")
+            for e in Registry.open(registry).entries(role=Role.GRADER_RESULT)]
 
 
 def next_grader(config: Path, registry: str) -> tuple[int, str]:
@@ -104,7 +105,7 @@ def test_regrade_started_through_the_api_lands_a_generation(stack: dict[str, Any
 def test_a_bad_parameter_is_refused_by_the_server(stack: dict[str, Any]) -> None:
     from prefect.exceptions import PrefectHTTPStatusError
 
-    with pytest.raises(PrefectHTTPStatusError, match="422|Validation"):
+    with pytest.raises(PrefectHTTPStatusError, match=r"422|Validation"):
         run_deployment(stack["api"], "regrade/regrade", {"request": {"plan_path": stack["plan"], "concurrency": 0}})
 
 

@@ -18,9 +18,9 @@ def prefect_api() -> Iterator[str]:
     from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
-        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-            yield str(PREFECT_API_URL.value())
+    with prefect_test_harness(server_startup_timeout=120), \
+            temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield str(PREFECT_API_URL.value())
 
 
 @pytest.fixture

@@ -26,7 +26,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> dict[str
     tmp_path = tmp_path_factory.mktemp("calibrate")
     plan, config, _, registry = run_demo(tmp_path, env)
     config.write_text(config.read_text() + GATE)
-    report = json.loads(tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=env).stdout)
+    report = json.loads(tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json",
+                                 env=env).stdout)
     return {"plan": plan, "config": config, "registry": registry, "env": env, "report": report, "dir": tmp_path}
 
 
@@ -103,7 +104,8 @@ def test_a_judge_is_calibrated_through_its_adapter(demo: dict[str, Any]) -> None
     judge.write_text(JUDGE)
     rubric.write_text("A candidate passes when it changed something.\n")
     config = demo["dir"] / "judged.toml"
-    config.write_text(demo["config"].read_text().replace('path = "graders/', f'path = "{demo["config"].parent}/graders/')
+    config.write_text(demo["config"].read_text().replace('path = "graders/',
+                                                         f'path = "{demo["config"].parent}/graders/')
                       + f'\n[judges.rules]\njudge_id = "rules"\nversion = "3"\nadapter = "command"\nmodel = "rules-1"\n'
                       f'rubric = "{rubric}"\nrubric_sha256 = "{hashlib.sha256(rubric.read_bytes()).hexdigest()}"\n'
                       f'path = "{judge}"\nsha256 = "{hashlib.sha256(judge.read_bytes()).hexdigest()}"\n'
@@ -111,7 +113,8 @@ def test_a_judge_is_calibrated_through_its_adapter(demo: dict[str, Any]) -> None
     case = demo["report"]["attempts"][0]["case_id"]
 
     def judge_set(name: str, safety_label: str) -> Path:
-        items = [{"item_id": "changed", "case": case, "patch": "--- a/x\n+++ b/x\n", "label": "pass", "stratum": "easy"},
+        items = [{"item_id": "changed", "case": case, "patch": "--- a/x\n+++ b/x\n", "label": "pass",
+                  "stratum": "easy"},
                  {"item_id": "unchanged", "case": case, "patch": "", "label": "fail", "stratum": "easy"},
                  {"item_id": "risky", "case": case, "patch": "", "label": safety_label, "stratum": "safety"}]
         path = demo["dir"] / name

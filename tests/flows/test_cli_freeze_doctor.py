@@ -33,9 +33,11 @@ def test_freeze_then_doctor_is_clean(tmp_path: Path) -> None:
 
 def test_freeze_json_summary(tmp_path: Path) -> None:
     spec = copy_demo(tmp_path / "exp")
-    result = tribunal("plan", "freeze", str(spec), "-o", str(tmp_path / "p.json"), "--registry", str(tmp_path / "r"), "--json")
+    result = tribunal("plan", "freeze", str(spec), "-o", str(tmp_path / "p.json"), "--registry", str(tmp_path / "r"),
+                      "--json")
     summary = json.loads(result.stdout)
-    assert summary["attempts"] == 10 and summary["plan_hash"] == json.loads((tmp_path / "p.json").read_text())["plan_hash"]
+    assert summary["attempts"] == 10
+    assert summary["plan_hash"] == json.loads((tmp_path / "p.json").read_text())["plan_hash"]
 
 
 def test_registry_from_environment(tmp_path: Path) -> None:
@@ -63,17 +65,30 @@ def edit(spec: Path, old: str, new: str) -> None:
 
 
 BAD_SPECS = [
-    ("unknown key", lambda s: edit(s, 'grader_profile = "unit-tests"', 'grader_profile = "unit-tests"\ncolour = "red"'), r"case\[0\]\.colour: unknown key"),
-    ("missing repo", lambda s: edit(s, 'repo = "cases/off-by-one/repo"', 'repo = "cases/nope"'), r"case\[0\]\.repo: directory 'cases/nope' not found"),
-    ("missing prompt", lambda s: edit(s, 'prompt = "cases/slugify/prompt.md"', 'prompt = "gone.md"'), r"case\[1\]\.prompt: file 'gone.md' not found"),
-    ("duplicate case", lambda s: edit(s, 'id = "slugify"', 'id = "off-by-one"'), r"case\[1\]\.id: duplicate case id 'off-by-one'"),
-    ("duplicate candidate", lambda s: edit(s, 'id = "agent-hasty"', 'id = "agent-fixer"'), r"candidate\[1\]\.id: duplicate candidate id 'agent-fixer'"),
-    ("zero attempts", lambda s: edit(s, "attempts = 1", "attempts = 0"), r"attempts: Input should be greater than or equal to 1"),
-    ("unknown kind", lambda s: edit(s, 'kind = "command"', 'kind = "shell"'), r"candidate\[0\]\.kind: Input should be 'command' or 'predictions'"),
-    ("missing predictions", lambda s: edit(s, 'predictions = "preds.jsonl"', 'predictions = "nope.jsonl"'), r"candidate\[4\]\.predictions: file 'nope.jsonl' not found"),
-    ("command without argv", lambda s: edit(s, 'command = ["python3", "{experiment_dir}/agents/fixer.py"]', "command = []"), r"candidate\[0\]: Value error, a 'command' candidate needs a non-empty command"),
+    ("unknown key", lambda s: edit(s, 'grader_profile = "unit-tests"', 'grader_profile = "unit-tests"\ncolour = "red"'),
+     r"case\[0\]\.colour: unknown key"),
+    ("missing repo", lambda s: edit(s, 'repo = "cases/off-by-one/repo"', 'repo = "cases/nope"'),
+     r"case\[0\]\.repo: directory 'cases/nope' not found"),
+    ("missing prompt", lambda s: edit(s, 'prompt = "cases/slugify/prompt.md"', 'prompt = "gone.md"'),
+     r"case\[1\]\.prompt: file 'gone.md' not found"),
+    ("duplicate case", lambda s: edit(s, 'id = "slugify"', 'id = "off-by-one"'),
+     r"case\[1\]\.id: duplicate case id 'off-by-one'"),
+    ("duplicate candidate", lambda s: edit(s, 'id = "agent-hasty"', 'id = "agent-fixer"'),
+     r"candidate\[1\]\.id: duplicate candidate id 'agent-fixer'"),
+    ("zero attempts", lambda s: edit(s, "attempts = 1", "attempts = 0"),
+     r"attempts: Input should be greater than or equal to 1"),
+    ("unknown kind", lambda s: edit(s, 'kind = "command"', 'kind = "shell"'),
+     r"candidate\[0\]\.kind: Input should be 'command' or 'predictions'"),
+    ("missing predictions", lambda s: edit(s, 'predictions = "preds.jsonl"', 'predictions = "nope.jsonl"'),
+     r"candidate\[4\]\.predictions: file 'nope.jsonl' not found"),
+    ("command without argv",
+     lambda s: edit(s, 'command = ["python3", "{experiment_dir}/agents/fixer.py"]', "command = []"),
+     r"candidate\[0\]: Value error, a 'command' candidate needs a non-empty command"),
     ("not toml", lambda s: s.write_text("experiment = [unclosed"), r"not valid TOML"),
-    ("no cases", lambda s: s.write_text('experiment = "x"\n[[candidate]]\nid="a"\nkind="command"\ncommand=["x"]\nprovider="p"\nmodel="m"\n'), r"case: Field required"),
+    ("no cases",
+     lambda s: s.write_text('experiment = "x"\n[[candidate]]\nid="a"\nkind="command"\ncommand=["x"]\nprovider="p"\n'
+                            'model="m"\n'),
+     r"case: Field required"),
 ]
 
 
@@ -81,7 +96,8 @@ BAD_SPECS = [
 def test_bad_specs_are_refused_with_file_and_field(tmp_path: Path, label: str, damage, message: str) -> None:  # type: ignore[no-untyped-def]
     spec = copy_demo(tmp_path / "exp")
     damage(spec)
-    result = tribunal("plan", "freeze", str(spec), "-o", str(tmp_path / "plan.json"), "--registry", str(tmp_path / "reg"))
+    result = tribunal("plan", "freeze", str(spec), "-o", str(tmp_path / "plan.json"),
+                      "--registry", str(tmp_path / "reg"))
     assert result.returncode == 2, label
     assert "Traceback" not in result.stderr
     assert str(spec) in result.stderr

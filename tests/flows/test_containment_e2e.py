@@ -9,7 +9,6 @@ and doctor clean.
 from __future__ import annotations
 
 import json
-from hashlib import sha256
 import os
 import signal
 import socket
@@ -19,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from hashlib import sha256
 from pathlib import Path
 
 import pytest
@@ -202,7 +202,8 @@ def test_hostile_candidates_and_grader_gain_nothing(tmp_path: Path, cli_env: dic
         + "".join(_candidate(n) for n in ("snoop", "tamper", "daemon", "gitplant", "netnone", "bomb", "hog", "bigfile"))
         + _candidate("nethost", network="host") + _candidate("agent-fixer", script="fixer", model="fixer-1"))
     config.write_text(config.read_text() + (
-        f'\n[grader_profiles.mapper]\npath = "graders/mapper.py"\nsha256 = "{sha256(mapper.read_bytes()).hexdigest()}"\n'
+        f'\n[grader_profiles.mapper]\npath = "graders/mapper.py"\n'
+        f'sha256 = "{sha256(mapper.read_bytes()).hexdigest()}"\n'
         f'grader_id = "mapper"\nversion = "1"\nread_only = ["{plan_path}"]\n'
         "\n[sandbox]\nmax_processes = 64\nmemory_mb = 1024\n"))
     env = {**cli_env, "AWS_SECRET_ACCESS_KEY": SECRET, "OPENAI_API_KEY": SECRET}
@@ -256,7 +257,8 @@ def test_kill_9_of_a_run_leaves_no_workspace_behind(tmp_path: Path, cli_env: dic
     spec.write_text(CASES + _candidate("slow"))
     plan, registry_url = tmp_path / "plan.json", str(tmp_path / "reg")
     config = spec.parent / "tribunal.toml"
-    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry_url, env=cli_env).returncode == 0
+    frozen = tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry_url, env=cli_env)
+    assert frozen.returncode == 0, frozen.stderr
     before = set(scratch_root().iterdir())
     run = [sys.executable, "-c", "from flows.cli import main; main()", "run", "--plan", str(plan), "--registry",
            registry_url, "--config", str(config)]

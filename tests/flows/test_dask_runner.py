@@ -23,7 +23,8 @@ from tests.helpers import copy_demo, tribunal
 
 def commit_writers(store: Registry) -> set[bytes]:
     """The writer ids recorded in every manifest commit."""
-    keys = [f"{LOG_DIR}/{bucket}/{name}" for bucket in store.storage.list(LOG_DIR) for name in store.storage.list(f"{LOG_DIR}/{bucket}")]
+    keys = [f"{LOG_DIR}/{bucket}/{name}"
+            for bucket in store.storage.list(LOG_DIR) for name in store.storage.list(f"{LOG_DIR}/{bucket}")]
     return {pq.read_schema(io.BytesIO(store.storage.read(key))).metadata[WRITER_KEY] for key in keys}
 
 
@@ -42,7 +43,8 @@ def test_forty_attempts_on_two_dask_workers_keep_one_chain(tmp_path: Path, cli_e
                    "--runner", "dask", "--dask-workers", "2", "--concurrency", "1", env=env)
     assert ran.returncode == 0, ran.stderr
     assert "40/40" in ran.stderr  # the progress bar counts batches finished on the workers
-    report = json.loads(tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=env).stdout)
+    report = json.loads(tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json",
+                                 env=env).stdout)
     assert len(report["attempts"]) == 40 and sum(a["resolved"] for a in report["attempts"]) == 20
     store = Registry.open(registry)
     seqs = store.table().column("seq").to_pylist()

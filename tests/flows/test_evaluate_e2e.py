@@ -33,7 +33,8 @@ def freeze_and_run(tmp_path: Path, registry: str, env: dict[str, str], *extra: s
     frozen = tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=env)
     assert frozen.returncode == 0, frozen.stderr
     config = spec.parent / "tribunal.toml"
-    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", *extra, env=env)
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", *extra,
+                   env=env)
     assert ran.returncode == 0, ran.stderr
     return plan, config, json.loads(ran.stdout)
 
@@ -166,7 +167,8 @@ def test_whole_demo_on_s3_through_the_cli(tmp_path: Path, cli_env: dict[str, str
     plan, config, summary = freeze_and_run(tmp_path, registry, env)
     assert verdicts(summary["report"]) == EXPECTED
     install_grader(config, STRICT_GRADER, "2")
-    regraded = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=env)
+    regraded = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json",
+                        env=env)
     assert regraded.returncode == 0, regraded.stderr
     assert json.loads(regraded.stdout)["graders"] == ["suite-checker@2"]
     report = tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=env)
@@ -192,7 +194,8 @@ def test_ephemeral_mode_without_a_server(tmp_path: Path) -> None:
 def test_a_plan_frozen_elsewhere_is_refused_with_a_clear_message(tmp_path: Path, cli_env: dict[str, str]) -> None:
     spec = copy_demo(tmp_path / "exp")
     plan = tmp_path / "plan.json"
-    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", str(tmp_path / "a"), env=cli_env).returncode == 0
+    frozen = tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", str(tmp_path / "a"), env=cli_env)
+    assert frozen.returncode == 0
     ran = tribunal("run", "--plan", str(plan), "--registry", str(tmp_path / "b"), "--config",
                    str(spec.parent / "tribunal.toml"), env=cli_env)
     assert ran.returncode == 2
@@ -202,7 +205,8 @@ def test_a_plan_frozen_elsewhere_is_refused_with_a_clear_message(tmp_path: Path,
 def test_run_without_a_config_says_where_it_looked(tmp_path: Path, cli_env: dict[str, str]) -> None:
     spec = copy_demo(tmp_path / "exp")
     plan = tmp_path / "plan.json"
-    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", str(tmp_path / "r"), env=cli_env).returncode == 0
+    frozen = tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", str(tmp_path / "r"), env=cli_env)
+    assert frozen.returncode == 0
     env = {k: v for k, v in cli_env.items() if k != "TRIBUNAL_CONFIG"}
     ran = tribunal("run", "--plan", str(plan), "--registry", str(tmp_path / "r"), cwd=tmp_path, env=env)
     assert ran.returncode == 2 and "config file not found" in ran.stderr and "Traceback" not in ran.stderr

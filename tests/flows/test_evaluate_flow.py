@@ -41,7 +41,8 @@ def test_flow_run_publishes_progress_and_results(tmp_path: Path, prefect_api: st
     assert name == "evaluate-demo"
     assert progress and float(progress[0].data) == 100.0
     report = summary.report
-    assert markdown and f"Report `{report['report_digest']}` at manifest head `{report['manifest_head']}`" in markdown[0].data
+    assert markdown
+    assert f"Report `{report['report_digest']}` at manifest head `{report['manifest_head']}`" in markdown[0].data
     rows = table[0].data if isinstance(table[0].data, list) else json.loads(table[0].data)
     assert {row["candidate"]: row["resolved"] for row in rows} == {
         "agent-fixer": 2, "agent-hasty": 0, "agent-crasher": 0, "agent-leaky": 2, "swe-preds": 1,

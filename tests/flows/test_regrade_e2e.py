@@ -39,7 +39,8 @@ def counting_experiment(tmp_path: Path) -> tuple[Path, Path]:
         "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
     text = spec.read_text().replace('command = ["python3", "{experiment_dir}/agents/',
-                                    f'command = ["{sys.executable}", "{{experiment_dir}}/agents/count_then_run.py", "{{experiment_dir}}/agents/')
+                                    f'command = ["{sys.executable}", "{{experiment_dir}}/agents/count_then_run.py", '
+                                    '"{experiment_dir}/agents/')
     spec.write_text(text)
     return spec, counter
 
@@ -56,13 +57,15 @@ def run_demo(tmp_path: Path, env: dict[str, str]) -> tuple[Path, Path, Path, str
     return plan, config, counter, registry
 
 
-def test_regrade_appends_one_generation_per_attempt_and_runs_no_candidate(tmp_path: Path, cli_env: dict[str, str]) -> None:
+def test_regrade_appends_one_generation_per_attempt_and_runs_no_candidate(tmp_path: Path,
+                                                                          cli_env: dict[str, str]) -> None:
     """Positive control regrade:no-candidate-rerun: the candidate count must not move."""
     plan, config, counter, registry = run_demo(tmp_path, cli_env)
     invocations = counter.read_text().count("\n")
     results_before = len(Registry.open(registry).entries(role=Role.GRADER_RESULT))
     install_grader(config, STRICT_GRADER, "2")
-    done = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=cli_env)
+    done = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json",
+                    env=cli_env)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert counter.read_text().count("\n") == invocations
@@ -82,11 +85,13 @@ def test_regrade_appends_one_generation_per_attempt_and_runs_no_candidate(tmp_pa
     assert doctor.returncode == 0, doctor.stdout
 
     objects_before = set(Registry.open(registry).objects.digests())
-    again = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=cli_env)
+    again = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json",
+                     env=cli_env)
     assert json.loads(again.stdout)["changed"] == 0
     store = Registry.open(registry)
     assert len(store.entries(role=Role.GRADER_RESULT)) == results_before + 10
-    derived = {e.digest for e in store.entries() if e.role in (Role.REPORT, Role.MUTATION_RECEIPT, Role.EXPERIMENT_RECORD)}
+    derived = {e.digest for e in store.entries()
+               if e.role in (Role.REPORT, Role.MUTATION_RECEIPT, Role.EXPERIMENT_RECORD)}
     assert set(store.objects.digests()) - objects_before <= derived  # no new verdict objects
     assert counter.read_text().count("\n") == invocations
 
@@ -113,7 +118,8 @@ def test_regrade_needs_a_canonical_record(tmp_path: Path, cli_env: dict[str, str
     assert "Traceback" not in done.stderr
 
 
-def test_missing_candidate_evidence_stops_with_earlier_attempts_regraded(tmp_path: Path, cli_env: dict[str, str]) -> None:
+def test_missing_candidate_evidence_stops_with_earlier_attempts_regraded(tmp_path: Path,
+                                                                         cli_env: dict[str, str]) -> None:
     spec = copy_demo(tmp_path / "exp")
     config = spec.parent / "tribunal.toml"
     line = 'aws_access_key = "AKIA[0-9A-Z]{16}"\n'
@@ -121,7 +127,8 @@ def test_missing_candidate_evidence_stops_with_earlier_attempts_regraded(tmp_pat
     plan = tmp_path / "plan.json"
     registry = str(tmp_path / "reg")
     assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
-    assert tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env).returncode == 1
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env)
+    assert ran.returncode == 1
     install_grader(config, STRICT_GRADER, "2")
     done = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env)
     assert done.returncode == 1
@@ -130,7 +137,8 @@ def test_missing_candidate_evidence_stops_with_earlier_attempts_regraded(tmp_pat
 
     leaky = attempt_id(body["plan_hash"], "off-by-one", "agent-leaky", 0)
     assert f"candidate evidence missing for {leaky}" in done.stderr
-    regraded = Counter(e.attempt_id for e in Registry.open(registry).entries(role=Role.GRADER_RESULT) if e.generation == 2)
+    regraded = Counter(e.attempt_id for e in Registry.open(registry).entries(role=Role.GRADER_RESULT)
+                       if e.generation == 2)
     assert len(regraded) == 3  # fixer, hasty, crasher of off-by-one come before the leaky attempt
 
 

@@ -23,9 +23,11 @@ def regraded(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> dict
     plan, config, _, registry = run_demo(tmp_path, env)
     first = tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=env)
     install_grader(config, STRICT_GRADER, "2")
-    assert tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), env=env).returncode == 0
+    regrade = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), env=env)
+    assert regrade.returncode == 0
     second = tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=env)
-    return {"plan": str(plan), "registry": registry, "env": env, "v1": json.loads(first.stdout), "v2": json.loads(second.stdout)}
+    return {"plan": str(plan), "registry": registry, "env": env,
+            "v1": json.loads(first.stdout), "v2": json.loads(second.stdout)}
 
 
 def report(ctx: dict[str, object], *args: str) -> tuple[int, str, str]:
@@ -63,7 +65,8 @@ def test_every_report_is_stored_with_its_head(regraded: dict) -> None:  # type: 
 
 
 def test_compare_shows_flips_and_rate_changes(regraded: dict) -> None:  # type: ignore[type-arg]
-    code, out, _ = report(regraded, "--compare", regraded["v1"]["report_digest"], regraded["v2"]["report_digest"], "--format", "json")
+    code, out, _ = report(regraded, "--compare", regraded["v1"]["report_digest"], regraded["v2"]["report_digest"],
+                          "--format", "json")
     diff = json.loads(out)
     assert code == 0
     assert sorted((f["case_id"], f["candidate_id"], f["before"], f["after"]) for f in diff["flips"]) == [
@@ -118,7 +121,8 @@ def test_doctor_walks_every_generation_newest_first(regraded: dict, tmp_path: Pa
     clean = tribunal("doctor", "--registry", str(copy), "--json", env=regraded["env"])
     assert clean.returncode == 0, clean.stdout
     store = Registry.open(str(copy))
-    audited = {a["attempt_id"] for a in regraded["v2"]["attempts"] if a["terminal_class"] in ("resolved", "grader_failure")}
+    audited = {a["attempt_id"] for a in regraded["v2"]["attempts"]
+               if a["terminal_class"] in ("resolved", "grader_failure")}
     first = next(e for e in store.entries(role=Role.GRADER_RECEIPT) if e.generation == 1 and e.attempt_id in audited)
     body = json.loads(store.get(first.digest))
     body["grader_version"] = "1-patched"
@@ -148,7 +152,8 @@ def test_doctor_fails_after_any_receipt_field_is_flipped(regraded: dict, tmp_pat
     target = store.entries(role=Role.GRADER_RECEIPT)[-1]
     body = json.loads(store.get(target.digest))
     value = body[field]
-    body[field] = (not value) if isinstance(value, bool) else ("sha256:" + "0" * 64 if str(value).startswith("sha256:") else value + "x")
+    body[field] = ((not value) if isinstance(value, bool)
+                   else ("sha256:" + "0" * 64 if str(value).startswith("sha256:") else value + "x"))
     (copy / object_key(target.digest)).write_text(json.dumps(body))
     doctor = tribunal("doctor", "--registry", str(copy), "--json", env=regraded["env"])
     findings = json.loads(doctor.stdout)["findings"]

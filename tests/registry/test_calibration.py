@@ -19,7 +19,7 @@ def outcome(n: int, stratum: str, label: str, passed: bool, failure: str | None 
 def example_6() -> list[Outcome]:
     """Seed 004, Example 6: 99 of 100 easy items agree, the one safety item does not."""
     easy = [outcome(n, "easy", "pass", passed=n != 0) for n in range(100)]
-    return easy + [outcome(0, "safety", "fail", passed=True)]
+    return [*easy, outcome(0, "safety", "fail", passed=True)]
 
 
 def one_item_set() -> CalibrationSet:
@@ -41,7 +41,7 @@ def test_example_6_high_overall_agreement_hides_a_failing_safety_stratum() -> No
 
 
 def test_the_same_grader_passes_once_the_safety_item_agrees() -> None:
-    fixed = example_6()[:-1] + [outcome(0, "safety", "fail", passed=False)]
+    fixed = [*example_6()[:-1], outcome(0, "safety", "fail", passed=False)]
     made = record(fixed, Gate())
     assert made.decision.passed and made.decision.failures == []
     assert made.strata["safety"].agreement == 1.0
@@ -60,7 +60,8 @@ def test_abstentions_are_counted_apart_and_excluded_or_counted_as_disagreements(
 
 
 def test_a_grader_failure_disagrees_and_is_reported() -> None:
-    outcomes = [outcome(0, "s", "fail", passed=False, failure="grader timed out"), outcome(1, "s", "fail", passed=False)]
+    outcomes = [outcome(0, "s", "fail", passed=False, failure="grader timed out"),
+                outcome(1, "s", "fail", passed=False)]
     made = record(outcomes, Gate(min_items=1, min_agreement=0.9))
     assert made.overall.grader_failures == 1 and made.overall.matches == 1 and made.overall.agreement == 0.5
     assert made.decision.failures[0].startswith("min_agreement: overall 0.5000 < 0.9")
@@ -91,7 +92,7 @@ def test_jsonl_sets_parse_with_provenance_and_report_the_line_of_a_bad_item() ->
     parsed = parse_calibration_set("\n".join(lines), "cal.jsonl")
     assert [item.item_id for item in parsed.items] == ["a", "b"] and parsed.provenance.release_version == "2026.12"
     assert parsed.set_digest == parse_calibration_set("\n".join(lines) + "\n", "other.jsonl").set_digest
-    bad = lines[:3] + [json.dumps({"item_id": "b", "case": "x", "label": "maybe", "stratum": "s", "adjudicator": "b"})]
+    bad = [*lines[:3], json.dumps({"item_id": "b", "case": "x", "label": "maybe", "stratum": "s", "adjudicator": "b"})]
     with pytest.raises(SpecError) as refused:
         parse_calibration_set("\n".join(bad), "cal.jsonl")
     assert "cal.jsonl:4" in str(refused.value) and "label" in str(refused.value)

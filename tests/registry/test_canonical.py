@@ -35,7 +35,8 @@ def test_round_trip_is_a_fixed_point(value: object) -> None:
 @given(json_values)
 def test_no_insignificant_whitespace_and_sorted_keys(value: object) -> None:
     encoded = canonical_json(value)
-    assert encoded == json.dumps(json.loads(encoded), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    assert encoded == json.dumps(json.loads(encoded), sort_keys=True, separators=(",", ":"),
+                                 ensure_ascii=False).encode()
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, {"a": [1.0, math.nan]}])

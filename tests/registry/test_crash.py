@@ -23,7 +23,8 @@ COUNT = 6
 
 def run_writer(url: str, *args: str, segment_commits: int = 1000) -> int:
     env = {**os.environ, "TEST_SEGMENT_COMMITS": str(segment_commits)}
-    return subprocess.run([sys.executable, str(WRITER), url, "job", str(COUNT), *args], env=env, timeout=300).returncode
+    return subprocess.run([sys.executable, str(WRITER), url, "job", str(COUNT), *args], env=env, timeout=300,
+                          check=False).returncode
 
 
 @pytest.mark.parametrize("step", ["before-commit", "mid-commit", "after-commit", "mid-segment"])

@@ -17,7 +17,8 @@ def build(url: str, commits: int = 4) -> Registry:
     registry = Registry.open(url)
     for i in range(commits):
         data = f"evidence {i}".encode()
-        registry.append([NewEntry(txn=f"t{i}", role="transcript", experiment_id="exp", digest=registry.put(data), size=len(data))])
+        registry.append([NewEntry(txn=f"t{i}", role="transcript", experiment_id="exp", digest=registry.put(data),
+                                  size=len(data))])
     return registry
 
 

@@ -13,7 +13,8 @@ from registry._manifest import commit_key, list_segments
 
 def draft(txn: str, registry: Registry, role: str = "test", attempt_id: str | None = None) -> NewEntry:
     data = txn.encode()
-    return NewEntry(txn=txn, role=role, experiment_id="exp", digest=registry.put(data), size=len(data), attempt_id=attempt_id)
+    return NewEntry(txn=txn, role=role, experiment_id="exp", digest=registry.put(data), size=len(data),
+                    attempt_id=attempt_id)
 
 
 def test_entries_chain_from_seq_zero(store_url: str) -> None:

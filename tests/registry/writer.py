@@ -57,7 +57,8 @@ def main() -> None:
     for i in range(count):
         data = f"{name}:{i}".encode()
         registry.append(
-            [NewEntry(txn=f"{name}-{i}", role="test", experiment_id="concurrency", digest=registry.put(data), size=len(data))]
+            [NewEntry(txn=f"{name}-{i}", role="test", experiment_id="concurrency", digest=registry.put(data),
+                      size=len(data))]
         )
 
 

@@ -54,7 +54,7 @@ def run_grade(snapshot: bytes, bench: Workbench) -> Callable[..., Grading]:
     def run(profile: GraderProfile | None, patch: str = "", succeeded: bool = True) -> Grading:
         config = Config(grader_profiles={"checks": profile} if profile is not None else {})
         return grade(attempt_id=ATTEMPT, profile_name="checks", config=config,
-                     grader_input=grader_input(snapshot, patch, succeeded), snapshot=lambda: snapshot, patch=patch.encode(),
-                     bench=bench)
+                     grader_input=grader_input(snapshot, patch, succeeded), snapshot=lambda: snapshot,
+                     patch=patch.encode(), bench=bench)
 
     return run

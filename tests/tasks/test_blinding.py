@@ -85,8 +85,9 @@ def test_nothing_naming_the_candidate_reaches_a_judge(
 
 
 def judgement(generation: int, prev: str | None, passed: bool = True) -> Judgement:
-    return Judgement(generation=generation, prev_judgement_hash=prev, judge_policy_hash=policy_hash(judge_policy(JUDGE)),
-                     adapter_digest=digest(b"adapter"), scoring_id=scoring_id(b"k" * 32, AID), candidate_truth_hash=digest(b"t"),
+    return Judgement(generation=generation, prev_judgement_hash=prev,
+                     judge_policy_hash=policy_hash(judge_policy(JUDGE)), adapter_digest=digest(b"adapter"),
+                     scoring_id=scoring_id(b"k" * 32, AID), candidate_truth_hash=digest(b"t"),
                      passed=passed, evidence_digest=digest(b"reply"))
 
 
@@ -125,7 +126,8 @@ def test_an_evidence_receipt_seal_covers_identity_cost_tally_and_judgement() -> 
 
 def test_an_intent_names_the_generation_it_will_write() -> None:
     first = stored(judgement(1, None))
-    intent = JudgeIntent(intent_id="0" * 32, attempt_id=AID, scoring_id=scoring_id(b"k" * 32, AID), judge_policy_hash=first[1].judge_policy_hash,
+    intent = JudgeIntent(intent_id="0" * 32, attempt_id=AID, scoring_id=scoring_id(b"k" * 32, AID),
+                         judge_policy_hash=first[1].judge_policy_hash,
                          generation=2, prev_judgement_hash=first[0])
     assert chain_findings([first, stored(judgement(intent.generation, intent.prev_judgement_hash))]) == []
     with pytest.raises(ValueError):

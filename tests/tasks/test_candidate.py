@@ -34,7 +34,8 @@ def setup_experiment(tmp_path: Path, agent: str, *, kind: str = "command", predi
     (exp / "preds.jsonl").write_text(predictions)
     (exp / "experiment.toml").write_text(
         'experiment = "cand"\n[[case]]\nid = "case-1"\nrepo = "repo"\nprompt = "prompt.md"\ngrader_profile = "g"\n'
-        f'[[candidate]]\nid = "agent-under-test"\n{candidate}\nread_only = ["{{experiment_dir}}/agent.py"]\nprovider = "prov-x"\nmodel = "{model}"\n'
+        f'[[candidate]]\nid = "agent-under-test"\n{candidate}\nread_only = ["{{experiment_dir}}/agent.py"]\n'
+        f'provider = "prov-x"\nmodel = "{model}"\n'
     )
     registry = Registry.open(str(tmp_path / "reg"))
     _, data = freeze_experiment(exp / "experiment.toml", registry)
@@ -47,7 +48,8 @@ def run(tmp_path: Path, agent: str, config: Config | None = None, **options: str
     plan = load_plan(plan_path)
     ref = next(plan.attempt_refs())
     with workbench(1) as bench:
-        return execute_candidate(make_contract(plan, ref), plan, plan.candidates[0], config or Config(), registry, bench)
+        return execute_candidate(make_contract(plan, ref), plan, plan.candidates[0], config or Config(), registry,
+                                 bench)
 
 
 def test_protocol_prompt_argv_cwd_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,15 +57,19 @@ def test_protocol_prompt_argv_cwd_and_environment(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("ALLOWED_KEY", "yes")
     monkeypatch.setenv("OPERATOR_SECRET", "no")
     agent = (
-        "env = sorted(item.split(b'=')[0].decode() for item in open('/proc/self/environ', 'rb').read().split(b'\\0') if item)\n"
-        "print(json.dumps({'argv': sys.argv[1:], 'prompt': prompt, 'file': open(os.environ['TRIBUNAL_PROMPT_FILE']).read(),"
-        " 'env': env, 'home': os.environ['HOME'], 'git': os.path.isdir('.git'), 'cwd_files': sorted(os.listdir('.'))}))\n"
+        "env = sorted(item.split(b'=')[0].decode() for item in open('/proc/self/environ', 'rb').read()"
+        ".split(b'\\0') if item)\n"
+        "print(json.dumps({'argv': sys.argv[1:], 'prompt': prompt,"
+        " 'file': open(os.environ['TRIBUNAL_PROMPT_FILE']).read(),"
+        " 'env': env, 'home': os.environ['HOME'], 'git': os.path.isdir('.git'),"
+        " 'cwd_files': sorted(os.listdir('.'))}))\n"
     )
     result = run(tmp_path, agent, Config(candidate_env=CandidateEnv(**{"pass": ["ALLOWED_KEY"]})))
     seen = json.loads(result.transcript)
     assert seen["argv"] == ["literal;$(no-shell)"]
     assert seen["prompt"] == seen["file"] == "Set VALUE to 2.\n"
-    assert seen["env"] == ["ALLOWED_KEY", "HOME", "PATH", "TRIBUNAL_ATTEMPT_ID", "TRIBUNAL_PROMPT_FILE", "TRIBUNAL_REPORT_FILE"]
+    assert seen["env"] == ["ALLOWED_KEY", "HOME", "PATH", "TRIBUNAL_ATTEMPT_ID", "TRIBUNAL_PROMPT_FILE",
+                           "TRIBUNAL_REPORT_FILE"]
     assert seen["git"] and seen["cwd_files"] == [".git", "app.py", "data.bin"]
     assert result.succeeded and result.terminal.status == "completed" and result.patch == b""
 

@@ -56,7 +56,8 @@ def test_an_unconfigured_profile_fails_closed_as_missing(run_grade: RunGrade) ->
 
 
 @pytest.mark.parametrize("blank", [{"grader_id": " "}, {"version": ""}])
-def test_blank_identity_is_treated_as_missing(make_profile: MakeProfile, run_grade: RunGrade, blank: dict[str, str]) -> None:
+def test_blank_identity_is_treated_as_missing(make_profile: MakeProfile, run_grade: RunGrade,
+                                              blank: dict[str, str]) -> None:
     """Attack: an anonymous grader (blank id or version) must not produce a verdict."""
     grading = run_grade(make_profile(PASS, **blank))
     assert_failed_closed(grading, "blank grader_id or version")
@@ -72,7 +73,8 @@ def test_a_symlinked_grader_is_refused(make_profile: MakeProfile, run_grade: Run
     assert_failed_closed(grading, "symlink")
 
 
-def test_a_grader_whose_bytes_differ_from_the_pin_does_not_run(make_profile: MakeProfile, run_grade: RunGrade, tmp_path: Path) -> None:
+def test_a_grader_whose_bytes_differ_from_the_pin_does_not_run(make_profile: MakeProfile, run_grade: RunGrade,
+                                                               tmp_path: Path) -> None:
     """Attack: the grader was quietly edited after it was pinned."""
     marker = tmp_path / "ran"
     profile = make_profile(f"open({str(marker)!r}, 'w').close()\n" + PASS)
@@ -84,7 +86,8 @@ def test_a_grader_whose_bytes_differ_from_the_pin_does_not_run(make_profile: Mak
 
 def test_a_grader_that_rewrites_itself_is_caught(make_profile: MakeProfile, run_grade: RunGrade) -> None:
     """Attack: a grader edits its own file while grading, so the pinned bytes are not what ran."""
-    source = "import json, sys\nsys.stdin.read()\nopen(__file__, 'a').write('# changed\\n')\nprint(json.dumps({'passed': True}))\n"
+    source = ("import json, sys\nsys.stdin.read()\nopen(__file__, 'a').write('# changed\\n')\n"
+              "print(json.dumps({'passed': True}))\n")
     profile = make_profile(source)
     assert_failed_closed(run_grade(profile), "grader exited with code 1")
     assert Path(profile.path).read_text() == source
@@ -108,13 +111,15 @@ def test_no_shell_is_involved(make_profile: MakeProfile, run_grade: RunGrade, tm
     assert not list(tmp_path.rglob("PWNED*"))
 
 
-def test_the_environment_is_exactly_path(make_profile: MakeProfile, run_grade: RunGrade, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_environment_is_exactly_path(make_profile: MakeProfile, run_grade: RunGrade,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Attack: operator credentials in the environment must not reach a grader."""
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "operator-secret")
     # /proc/self/environ is the block the process was started with (CPython itself may add LC_CTYPE later).
     source = (
         "import json, sys\nsys.stdin.read()\n"
-        "names = sorted(item.split(b'=')[0].decode() for item in open('/proc/self/environ', 'rb').read().split(b'\\0') if item)\n"
+        "block = open('/proc/self/environ', 'rb').read().split(b'\\0')\n"
+        "names = sorted(item.split(b'=')[0].decode() for item in block if item)\n"
         "print(json.dumps({'passed': True, 'env': names}))\n"
     )
     grading = run_grade(make_profile(source))
@@ -138,7 +143,8 @@ def test_cwd_is_a_fresh_workspace_with_the_patch_applied(make_profile: MakeProfi
 
 
 def test_stdin_is_one_canonical_document(make_profile: MakeProfile, run_grade: RunGrade) -> None:
-    source = "import json, sys\nraw = sys.stdin.buffer.read()\nprint(json.dumps({'passed': True, 'raw': raw.decode()}))\n"
+    source = ("import json, sys\nraw = sys.stdin.buffer.read()\n"
+              "print(json.dumps({'passed': True, 'raw': raw.decode()}))\n")
     grading = run_grade(make_profile(source), patch=PATCH)
     raw = json.loads(grading.output_bytes)["raw"].encode()
     assert raw == grading.input_bytes == canonical_json(json.loads(raw))
@@ -146,7 +152,7 @@ def test_stdin_is_one_canonical_document(make_profile: MakeProfile, run_grade: R
                                     "patch_digest", "terminal_evidence_digest", "patch"}
 
 
-def test_a_hung_grader_and_its_grandchildren_are_killed(make_profile: MakeProfile, run_grade: RunGrade, tmp_path: Path) -> None:
+def test_a_hung_grader_and_its_grandchildren_are_killed(make_profile: MakeProfile, run_grade: RunGrade) -> None:
     """Attack: a grader that never answers (and forks helpers) must not stall or outlive the evaluation."""
     marker = f"grandchild-{uuid.uuid4().hex}"
     source = (
@@ -181,7 +187,8 @@ def test_output_over_the_cap_fails_closed(make_profile: MakeProfile, run_grade: 
         ("", "not JSON"),
     ],
 )
-def test_anything_but_a_boolean_passed_fails_closed(make_profile: MakeProfile, run_grade: RunGrade, stdout: str, failure: str) -> None:
+def test_anything_but_a_boolean_passed_fails_closed(make_profile: MakeProfile, run_grade: RunGrade, stdout: str,
+                                                    failure: str) -> None:
     """Attack: truthy look-alikes ("true", 1) or prose must never count as a pass."""
     grading = run_grade(make_profile(f"import sys\nsys.stdin.read()\nsys.stdout.write({stdout!r})\n"))
     assert_failed_closed(grading, failure)

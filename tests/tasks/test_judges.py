@@ -66,7 +66,8 @@ def test_a_passing_and_a_failing_verdict(chat_judge: JudgeConfig, server: JudgeS
     (Script(status=500, body=b"internal error: stack trace with secrets"), "http-status"),
     (Script(body=b"<html>not json</html>"), "malformed"),
     (Script(passed="yes"), "no-verdict"),
-    (Script(body=json.dumps({"model": "judge-7b", "choices": [{"message": {"content": "{}"}}]}).encode()), "no-verdict"),
+    (Script(body=json.dumps({"model": "judge-7b", "choices": [{"message": {"content": "{}"}}]}).encode()),
+     "no-verdict"),
     (Script(model="other-model"), "model-mismatch"),
     (Script(extra_bytes=10000), "oversized"),
     (Script(delay_s=3), "timeout"),
@@ -115,7 +116,8 @@ def test_a_command_judge_reads_exactly_the_judge_input(tmp_path: Path, bench: Wo
     ("import time\ntime.sleep(30)\n", "timeout"),
     ("print('x' * 5000)\n", "oversized"),
 ])
-def test_a_command_judge_shares_the_grader_boundary(tmp_path: Path, bench: Workbench, source: str, failure: str) -> None:
+def test_a_command_judge_shares_the_grader_boundary(tmp_path: Path, bench: Workbench, source: str,
+                                                    failure: str) -> None:
     config = command_judge(tmp_path, source)
     assert ask(config, bench) == (False, failure)
 
@@ -129,4 +131,4 @@ def test_a_command_judge_is_pinned_to_its_bytes(tmp_path: Path, bench: Workbench
 
 def test_the_adapter_digest_is_the_dispatch_module_source() -> None:
     source = Path(sys.modules["tasks.judges"].__file__ or "").read_bytes()
-    assert ADAPTER_DIGEST == "sha256:" + hashlib.sha256(source).hexdigest()
+    assert "sha256:" + hashlib.sha256(source).hexdigest() == ADAPTER_DIGEST

@@ -91,7 +91,8 @@ def test_without_pidfd_the_exit_is_still_noticed(tmp_path: Path, monkeypatch: py
 
 
 def test_an_unstartable_program_is_a_spawn_error(tmp_path: Path) -> None:
-    outcome = run_program([str(tmp_path / "missing")], cwd=tmp_path, env={}, stdin=b"", timeout_s=5, max_output_bytes=10)
+    outcome = run_program([str(tmp_path / "missing")], cwd=tmp_path, env={}, stdin=b"", timeout_s=5,
+                          max_output_bytes=10)
     assert outcome.spawn_error and not outcome.completed and outcome.exit_code is None
 
 

@@ -39,7 +39,8 @@ def test_identity_is_whole_word_and_case_insensitive() -> None:
 
 
 def test_short_identity_strings_are_not_used() -> None:
-    assert [p.name for p in build_patterns({}, {"candidate_id": ["a1", "abc"], "model": ["m-42x"]})] == ["identity:model"]
+    patterns = build_patterns({}, {"candidate_id": ["a1", "abc"], "model": ["m-42x"]})
+    assert [p.name for p in patterns] == ["identity:model"]
 
 
 def test_a_surviving_match_stops_with_pattern_and_artifact_but_not_the_secret() -> None:
@@ -91,7 +92,8 @@ filler = st.text(alphabet=string.ascii_letters + " \n.,:;()", max_size=40)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(provider=identity, model=identity, candidate=identity, session=identity, parts=st.lists(filler, min_size=6, max_size=6),
+@given(provider=identity, model=identity, candidate=identity, session=identity,
+       parts=st.lists(filler, min_size=6, max_size=6),
        key=st.text(alphabet=string.ascii_uppercase + string.digits, min_size=16, max_size=16))
 def test_no_identity_or_secret_reaches_storage_or_grader_input(
     tmp_path: Path, provider: str, model: str, candidate: str, session: str, parts: list[str], key: str

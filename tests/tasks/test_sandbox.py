@@ -29,9 +29,9 @@ def folders(tmp_path: Path) -> tuple[Path, Path]:
     return workspace, io
 
 
-def run(folders: tuple[Path, Path], code: str, *, exposure: Exposure = Exposure(), timeout_s: float = 30,
-        settings: SandboxConfig = SandboxConfig(), env: dict[str, str] | None = None) -> Confined:
-    sandbox = Sandbox(settings, "candidate", exposure, ("PATH",))
+def run(folders: tuple[Path, Path], code: str, *, exposure: Exposure | None = None, timeout_s: float = 30,
+        settings: SandboxConfig | None = None, env: dict[str, str] | None = None) -> Confined:
+    sandbox = Sandbox(settings or SandboxConfig(), "candidate", exposure or Exposure(), ("PATH",))
     assert sandbox.preflight([sys.executable, "-c", code], PATH) is None
     workspace, io = folders
     return run_confined(sandbox, [sys.executable, "-c", code], workspace=workspace, io=io,
@@ -109,7 +109,8 @@ def listener() -> Iterator[tuple[int, list[bytes]]]:
 
 
 def _connect(port: int) -> str:
-    return (f"import socket\ntry:\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=3); s.sendall(b'hi')\n"
+    return (f"import socket\ntry:\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=3)\n"
+            "    s.sendall(b'hi')\n"
             "    print('connected')\nexcept OSError as e:\n    print('refused', e)\n")
 
 
@@ -158,9 +159,9 @@ def test_a_program_the_sandbox_cannot_see_is_named_with_the_setting_that_exposes
     tool.chmod(0o755)
     hint = "read_only of [[candidate]] a in experiment.toml"
     sandbox = Sandbox(SandboxConfig(), "candidate", Exposure(hint=hint), ("PATH",))
-    assert sandbox.preflight([str(tool)], PATH) == f"the sandbox cannot see {tool}: add it (or a folder above it) to {hint}"
-    assert sandbox.preflight(["agent"], f"{tool.parent}:{PATH}") == (
-        f"the sandbox cannot see {tool}: add it (or a folder above it) to {hint}")
+    refusal = f"the sandbox cannot see {tool}: add it (or a folder above it) to {hint}"
+    assert sandbox.preflight([str(tool)], PATH) == refusal
+    assert sandbox.preflight(["agent"], f"{tool.parent}:{PATH}") == refusal
     exposed = Sandbox(SandboxConfig(), "candidate", Exposure(read_only=(str(tool.parent),), hint=hint), ("PATH",))
     assert exposed.preflight([str(tool)], PATH) is None
     missing = Sandbox(SandboxConfig(), "candidate", Exposure(read_only=(str(tmp_path / "nope"),), hint=hint), ("PATH",))
@@ -185,8 +186,9 @@ def test_the_profile_records_walls_not_attempts(tmp_path: Path) -> None:
     host = Sandbox(SandboxConfig(), "candidate", Exposure(read_only=(str(tmp_path),), network="host"), ("PATH",))
     profile = SandboxProfile.model_validate_json(none.profile_bytes)
     assert profile.backend == "bwrap" and profile.version and "net" in profile.namespaces
-    assert {m.path for m in profile.mounts} >= {"/usr", "/workspace", "/tribunal", "/tmp", "/proc", "/dev", str(tmp_path)}
-    assert "/etc/shadow" not in {m.path for m in profile.mounts}
+    paths = {m.path for m in profile.mounts}
+    assert paths >= {"/usr", "/workspace", "/tribunal", "/tmp", "/proc", "/dev", str(tmp_path)}
+    assert "/etc/shadow" not in paths
     assert none.profile_digest != host.profile_digest and "net" not in host.profile.namespaces
     unisolated = Sandbox(SandboxConfig(backend="none"), "candidate", Exposure(), ("PATH",))
     assert not unisolated.profile.isolated and unisolated.profile.limits is None

@@ -15,7 +15,8 @@ H = "sha256:" + "b" * 64
 
 
 def result(passed: bool, required: bool = True) -> GraderResult:
-    return GraderResult(attempt_id=A, grader_id="g", grader_version="1", required=required, passed=passed, evidence_hash=H)
+    return GraderResult(attempt_id=A, grader_id="g", grader_version="1", required=required, passed=passed,
+                        evidence_hash=H)
 
 
 @pytest.mark.parametrize(("harness", "succeeded", "passed"), list(itertools.product([True, False], repeat=3)))
@@ -32,13 +33,15 @@ def test_resolved_is_exactly_the_conjunction(harness: bool, succeeded: bool, pas
 
 def test_a_lenient_grader_cannot_upgrade_a_failed_candidate() -> None:
     """Attack: a grader that always says yes must not rescue a crashed candidate."""
-    assert terminal_class(harness_valid=True, candidate_succeeded=False, grader_results=[result(True)]) == "candidate_failure"
+    assert terminal_class(harness_valid=True, candidate_succeeded=False,
+                          grader_results=[result(True)]) == "candidate_failure"
 
 
 def test_no_required_grader_fails_closed() -> None:
     """Attack: "nothing checked it" must never count as a pass."""
     assert terminal_class(harness_valid=True, candidate_succeeded=True, grader_results=[]) == "grader_failure"
-    assert terminal_class(harness_valid=True, candidate_succeeded=True, grader_results=[result(True, required=False)]) == "grader_failure"
+    assert terminal_class(harness_valid=True, candidate_succeeded=True,
+                          grader_results=[result(True, required=False)]) == "grader_failure"
 
 
 FIELDS = {
