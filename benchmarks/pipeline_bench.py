@@ -5,7 +5,10 @@ same trivial grader spawned in a plain loop (stdin in, stdout out), with no
 workspace, registry, redaction or Prefect. The pipeline is the ``evaluate``
 flow over a plan of N attempts of that candidate and grader (empty patch,
 exit 0), timed after Prefect's API is up (its start-up is reported apart).
-Target: pipeline / floor <= 1.5 at concurrency 1 and 2.
+The flow runs twice per concurrency in the same process: every program in
+its bubblewrap sandbox (the default), and with ``[sandbox] backend = "none"``.
+Targets: sandboxed / unsandboxed <= 1.15 and sandboxed / floor <= 1.5, at
+concurrency 1 and 2.
 
 usage: python benchmarks/pipeline_bench.py [--attempts 1000]
 Results go to benchmarks/RESULTS.md (section "pipeline").
@@ -52,13 +55,13 @@ def make_experiment(root: Path, attempts: int) -> tuple[Path, Path]:
     (root / "experiment.toml").write_text(
         f'experiment = "bench"\nattempts = {attempts // CASES}\n' + "".join(cases)
         + '[[candidate]]\nid = "noop"\nkind = "command"\n'
-        f'command = ["{sys.executable}", "{{experiment_dir}}/agent.py"]\n'
+        f'command = ["{sys.executable}", "{{experiment_dir}}/agent.py"]\nread_only = ["{{experiment_dir}}/agent.py"]\n'
         'provider = "bench-labs"\nmodel = "noop-1"\n'
     )
     sha = hashlib.sha256((root / "grader.py").read_bytes()).hexdigest()
-    (root / "tribunal.toml").write_text(
-        f'[grader_profiles.trivial]\npath = "grader.py"\nsha256 = "{sha}"\ngrader_id = "trivial"\nversion = "1"\n'
-    )
+    profile = f'[grader_profiles.trivial]\npath = "grader.py"\nsha256 = "{sha}"\ngrader_id = "trivial"\nversion = "1"\n'
+    (root / "tribunal.toml").write_text(profile)
+    (root / "unsandboxed.toml").write_text(profile + '[sandbox]\nbackend = "none"\n')
     return root / "experiment.toml", root / "tribunal.toml"
 
 
@@ -83,8 +86,8 @@ def pipeline(root: Path, spec: Path, config: Path, concurrency: int) -> float:
     from flows.requests import EvaluateRequest
     from registry import Registry, freeze_experiment
 
-    registry = str(root / f"registry-c{concurrency}")
-    plan = root / f"plan-c{concurrency}.json"
+    registry = str(root / f"registry-{config.stem}-c{concurrency}")
+    plan = root / f"plan-{config.stem}-c{concurrency}.json"
     plan.write_bytes(freeze_experiment(spec, Registry.open(registry))[1])
     started = time.perf_counter()
     summary = evaluate(EvaluateRequest(plan_path=str(plan), registry_url=registry, config_path=str(config),
@@ -115,19 +118,24 @@ def main() -> None:
     rows = []
     for concurrency in (1, 2):
         base = floor(root, args.attempts, concurrency)
+        bare = pipeline(root, spec, root / "unsandboxed.toml", concurrency)
         ours = pipeline(root, spec, config, concurrency)
-        ratio = ours / base
-        rows.append([f"{args.attempts:,} attempts", str(concurrency), f"{ours:.1f} s", f"{base:.1f} s",
-                     f"{ratio:.2f}x", "<= 1.5x", "pass" if ratio <= 1.5 else "FAIL"])
+        over_bare, over_floor = ours / bare, ours / base
+        verdict = "pass" if over_bare <= 1.15 and over_floor <= 1.5 else "FAIL"
+        rows.append([f"{args.attempts:,} attempts", str(concurrency), f"{ours:.1f} s", f"{bare:.1f} s", f"{base:.1f} s",
+                     f"{over_bare:.2f}x", f"{over_floor:.2f}x", "<= 1.15x, <= 1.5x", verdict])
         print(rows[-1], flush=True)
     write_section(
         "pipeline",
         "Evaluate pipeline (`benchmarks/pipeline_bench.py`)",
-        ["work", "concurrency", "evaluate flow", "floor (same processes, plain loop)", "ratio", "target", "result"],
+        ["work", "concurrency", "evaluate flow, sandboxed", "evaluate flow, backend none",
+         "floor (same processes, plain loop)", "sandboxed / none", "sandboxed / floor", "targets", "result"],
         rows,
         notes=(
             "Trivial candidate (reads the prompt, exits 0, empty patch) and trivial grader (prints passed=true), "
-            f"{CASES} cases. The flow includes workspaces (git checkouts), redaction, grading boundary checks, "
+            f"{CASES} cases. The flow includes workspaces (private checkouts re-verified against the snapshot), "
+            "bubblewrap sandboxes (namespaces, limits, the namespace-gone check) for both programs, redaction, "
+            "grading boundary checks, "
             "registry writes (objects + two manifest commits per attempt) and Prefect tasks over batches of up to "
             f"25 attempts. Prefect's ephemeral API start-up, paid once per process, was {startup:.1f} s and is not "
             "included (with `PREFECT_API_URL` set it is not paid at all)."

@@ -12,6 +12,7 @@ from rich.table import Table
 from flows.cli_options import ConcurrencyOption, ConfigOption, JsonOption, RegistryOption, print_json
 from flows.console import err, out, quiet_prefect_failures
 from registry import CalibrationRecord, UsageError, find_config, load_config, resolve_registry_url
+from tasks.execution.sandbox import ensure_backend
 
 
 def render_calibration(record: CalibrationRecord, record_digest: str) -> None:
@@ -52,6 +53,7 @@ def calibrate_command(
     url = resolve_registry_url(registry)
     config_path = find_config(str(config) if config else None)
     settings = load_config(config_path)
+    ensure_backend(settings.sandbox)
     if profile is not None and profile not in settings.grader_profiles:
         raise UsageError(f"grader profile {profile!r} is not configured in {config_path}")
     if judge is not None and judge not in settings.judges:

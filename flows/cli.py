@@ -55,6 +55,7 @@ from registry import (
     tune_allocators,
 )
 from tasks.audit import audit_registry
+from tasks.execution.sandbox import ensure_backend
 
 if TYPE_CHECKING:
     from tasks.publish import Decision
@@ -82,6 +83,7 @@ def regeneration_inputs(plan: Path, registry: str | None, config: Path | None) -
     frozen = load_plan(plan)
     config_path = find_config(str(config) if config else None)
     settings = load_config(config_path)
+    ensure_backend(settings.sandbox)
     latest_record_digest(Registry.open(url), frozen)
     return url, frozen, config_path, settings
 
@@ -180,7 +182,7 @@ def run(
     url = resolve_registry_url(registry)
     frozen = load_plan(plan)
     config_path = find_config(str(config) if config else None)
-    load_config(config_path)
+    ensure_backend(load_config(config_path).sandbox)
     if dask_address is not None and runner is not Runner.DASK:
         raise UsageError("--dask-address needs --runner dask")
     from flows.evaluate import evaluate

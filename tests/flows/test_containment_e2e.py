@@ -194,13 +194,18 @@ def test_hostile_candidates_and_grader_gain_nothing(tmp_path: Path, cli_env: dic
     _agent(agents, "bomb", BOMB)
     _agent(agents, "hog", HOG)
     _agent(agents, "bigfile", BIG_FILE)
+    invisible = tmp_path / "opt" / "agent-cli"
+    invisible.parent.mkdir()
+    invisible.write_text("#!/bin/sh\necho hi\n")
+    invisible.chmod(0o755)
     mapper = spec.parent / "graders" / "mapper.py"
     mapper.write_text(f"PLAN = {str(plan_path)!r}\n" + MAPPER)
     spec.write_text(
         CASES + '[[case]]\nid = "slugify"\nrepo = "cases/slugify/repo"\nprompt = "cases/slugify/prompt.md"\n'
         'grader_profile = "mapper"\n'
         + "".join(_candidate(n) for n in ("snoop", "tamper", "daemon", "gitplant", "netnone", "bomb", "hog", "bigfile"))
-        + _candidate("nethost", network="host") + _candidate("agent-fixer", script="fixer", model="fixer-1"))
+        + _candidate("nethost", network="host") + _candidate("agent-fixer", script="fixer", model="fixer-1")
+        + _candidate("invisible").replace('["python3", "{experiment_dir}/agents/invisible.py"]', f'["{invisible}"]'))
     config.write_text(config.read_text() + (
         f'\n[grader_profiles.mapper]\npath = "graders/mapper.py"\n'
         f'sha256 = "{sha256(mapper.read_bytes()).hexdigest()}"\n'
@@ -237,6 +242,11 @@ def test_hostile_candidates_and_grader_gain_nothing(tmp_path: Path, cli_env: dic
     for name, limit in (("bomb", "processes"), ("hog", None), ("bigfile", "patch-size")):
         assert verdicts[("off-by-one", name)]["terminal_class"] == "candidate_failure", name
         assert evidence("off-by-one", name)[1].limit == limit, name
+    hidden = evidence("off-by-one", "invisible")[1]
+    assert verdicts[("off-by-one", "invisible")]["terminal_class"] == "candidate_failure"
+    assert hidden.reason == (f"could not start: the sandbox cannot see {invisible}: add it (or a folder above it) to "
+                             "read_only of [[candidate]] invisible in experiment.toml, or [sandbox] read_only in "
+                             "tribunal.toml")
     mapped = [json.loads(registry.get(states[r.attempt_id].entries[Role.GRADER_OUTPUT].digest))
               for r in plan.attempt_refs() if r.case_id == "slugify"]
     assert mapped and all(answer == {"passed": True, "mapped": None} for answer in mapped)

@@ -192,3 +192,9 @@ def test_the_profile_records_walls_not_attempts(tmp_path: Path) -> None:
     assert none.profile_digest != host.profile_digest and "net" not in host.profile.namespaces
     unisolated = Sandbox(SandboxConfig(backend="none"), "candidate", Exposure(), ("PATH",))
     assert not unisolated.profile.isolated and unisolated.profile.limits is None
+
+
+def test_a_cpu_burner_hits_the_cpu_limit(folders: tuple[Path, Path]) -> None:
+    """Attack: spin the CPU for the whole timeout; the CPU-time limit ends it and names itself."""
+    confined = run(folders, "while True:\n    pass\n", settings=SandboxConfig(cpu_s=1), timeout_s=60)
+    assert confined.limit == "cpu-time" and confined.outcome.duration_s < 30
