@@ -53,9 +53,9 @@ def publish_outcome(operation: str, report: dict[str, Any]) -> None:
     """The pass-rate table and the Markdown report of a finished run."""
     experiment = report["experiment"]
     create_table_artifact(
-        [{"candidate": name, "attempts": tally["attempts"], "resolved": tally["resolved"],
-          "pass_rate": tally["pass_rate"], "graders": ", ".join(tally["graders"])}
-         for name, tally in report["summary"]["candidates"].items() if tally],
+        [{"candidate": name, "planned": tally["planned"], "resolved": tally["resolved"],
+          "unmeasured": tally["unmeasured"], "pass_rate": tally["pass_rate"], "graders": ", ".join(tally["graders"])}
+         for name, tally in report["summary"]["candidates"].items()],
         key=artifact_key("pass-rates", experiment),
         description=f"{operation} {experiment}: pass rate per candidate (report {report['report_digest']})",
     )

@@ -306,6 +306,7 @@ def report(
                        typer.Option("--compare", help="Two stored report digests: before after.")] = None,
     publish: Annotated[bool, typer.Option("--publish", help="Audit the report's scope first; publish only on a "
                                                           "commit decision (exit 1 otherwise).")] = False,
+    history: Annotated[bool, typer.Option("--history", help="Also list every generation of every attempt.")] = False,
 ) -> None:
     """Report current verdicts and pass rates (stored in the registry), or compare two stored reports."""
     if format not in FORMATS:
@@ -322,7 +323,7 @@ def report(
         raise UsageError("report needs --plan (or --compare A B)")
     frozen = load_plan(plan)
     decision = publish_report(store, frozen, grader_version) if publish else None
-    built = decision.report if decision else build_report(store, frozen, grader_version)
+    built = decision.report if decision else build_report(store, frozen, grader_version, history=history)
     if built is None:
         raise typer.Exit(1)
     renderers: dict[str, Callable[[], str]] = {

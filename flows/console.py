@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import MofNCompleteColumn, Progress
-from rich.table import Table
+from rich.table import Column, Table
 
 from registry import DoctorReport, Plan
 from tasks.report_formats import calibration_banner, candidate_rate, taxonomy_line
@@ -40,6 +40,11 @@ def render_comparison(diff: dict[str, Any]) -> None:
         rates.add_row(name, f"{_percent(rate['before'])} ({', '.join(rate['graders_before'])})",
                       f"{_percent(rate['after'])} ({', '.join(rate['graders_after'])})", change)
     out.print(rates)
+    gates = Table("side", "grader or judge", "calibration", title="calibration behind each side")
+    for side in ("before", "after"):
+        for subject, entry in diff["calibration"][side].items():
+            gates.add_row(side, subject, entry["status"])
+    out.print(gates)
 
 
 def table_text(built: dict[str, Any]) -> str:
@@ -84,16 +89,21 @@ def render_report(built: dict[str, Any], console: Console | None = None) -> None
                        f"{' (' + judge['failure'] + ')' if judge['failure'] else ''} ({judge['generation']})")
         attempts.add_row(*row)
     console.print(attempts)
-    rates = Table("candidate", "attempts", "resolved", "pass rate", "graders", title="pass rate per candidate")
+    rates = Table("candidate", "planned", "resolved", "unmeasured", Column("pass rate", no_wrap=True), "graders",
+                  title="pass rate per candidate (resolved / planned)")
     for name, tally in built["summary"]["candidates"].items():
-        if tally is None:
-            rates.add_row(name, "0", "0", "-", "not graded")
-            continue
-        rates.add_row(name, str(tally["attempts"]), str(tally["resolved"]), candidate_rate(tally),
-                      ", ".join(tally["graders"]))
+        rates.add_row(name, str(tally["planned"]), str(tally["resolved"]), str(tally["unmeasured"]),
+                      candidate_rate(tally), ", ".join(tally["graders"]) or "not graded")
     console.print(rates)
-    if built["summary"]["not_graded"]:
-        console.print(f"{built['summary']['not_graded']} attempts not graded (by this layer)")
+    for item in built["unmeasured"]:
+        console.print(f"unmeasured: {item['case_id']}/{item['candidate_id']}#{item['index']} ({item['reason']})")
+    if "history" in built:
+        history = Table("case", "candidate", "#", "generation", "grader", "verdict", title="every generation")
+        for line in built["history"]:
+            for gen in line["generations"]:
+                history.add_row(line["case_id"], line["candidate_id"], str(line["index"]), str(gen["generation"]),
+                                f"{gen['grader_id']}@{gen['grader_version']}", gen["terminal_class"])
+        console.print(history)
     console.print(taxonomy_line(built))
     banner = calibration_banner(built)
     if banner:

@@ -40,8 +40,10 @@ class Role(StrEnum):
     PUBLICATION = "publication"
 
 
-class GraderResult(Strict):
+class GraderResult(OmitNone):
     """The normalized outcome of one grading: only ``passed`` decides."""
+
+    OMIT_WHEN_NONE = ("grader_sha256",)
 
     schema_version: Literal["tribunal.grader_result.v1"] = "tribunal.grader_result.v1"
     attempt_id: Digest
@@ -52,12 +54,14 @@ class GraderResult(Strict):
     evidence_hash: Digest
     failure: str | None = None
     """Why grading failed closed (None when the grader answered); kept for the taxonomy."""
+    grader_sha256: str | None = None
+    """The SHA-256 of the grader bytes that ran (the profile's pin); absent before it was recorded."""
 
 
 class GraderReceipt(OmitNone):
     """Seals one grading; ``integrity_hash`` is the hash of every other field."""
 
-    OMIT_WHEN_NONE = ("sandbox_profile",)
+    OMIT_WHEN_NONE = ("sandbox_profile", "grader_sha256")
 
     schema_version: Literal["tribunal.grader_receipt.v1"] = "tribunal.grader_receipt.v1"
     attempt_id: Digest
@@ -69,6 +73,8 @@ class GraderReceipt(OmitNone):
     input_hash: Digest
     output_hash: Digest
     result_hash: Digest
+    grader_sha256: str | None = None
+    """The SHA-256 of the grader bytes that ran; absent on receipts sealed before it was recorded."""
     sandbox_profile: Digest | None = None
     """The profile the grader ran in (SPEC §11); absent on receipts sealed before containment."""
     integrity_hash: Digest
@@ -156,7 +162,7 @@ class BlindedContract(Strict):
     scoring_id: Digest
 
 
-class GraderInput(Strict):
+class GraderInput(OmitNone):
     """The one canonical JSON document a grader reads on stdin."""
 
     schema_version: Literal["tribunal.grader_input.v1"] = "tribunal.grader_input.v1"
@@ -166,6 +172,10 @@ class GraderInput(Strict):
     patch_digest: Digest
     terminal_evidence_digest: Digest
     patch: str
+    grader_sha256: str | None = None
+    """The SHA-256 the profile pins for the grader that reads this input (None before it was recorded)."""
+
+    OMIT_WHEN_NONE = ("grader_sha256",)
 
 
 class JudgementLine(Strict):
@@ -181,7 +191,7 @@ class JudgementLine(Strict):
 class AttemptSummary(OmitNone):
     """One attempt's line in the experiment record."""
 
-    OMIT_WHEN_NONE = ("isolated",)
+    OMIT_WHEN_NONE = ("isolated", "grader_sha256")
 
     attempt_id: Digest
     case_id: str
@@ -200,6 +210,8 @@ class AttemptSummary(OmitNone):
     """Failed gates in taxonomy order (M, E, G, A, T); the first is the primary label. Empty when resolved."""
     isolated: bool | None = None
     """Whether the candidate and the grader both ran sandboxed (SPEC §11); absent in records made before."""
+    grader_sha256: str | None = None
+    """The grader bytes behind this verdict (from its receipt), which calibration records must bind."""
 
 
 class ExperimentRecord(Strict):

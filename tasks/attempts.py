@@ -222,8 +222,21 @@ def ran_isolated(registry: Registry, state: AttemptState, candidate: CandidateRe
     return _profile_isolated(registry, candidate.sandbox_profile)
 
 
+def unmeasured_reason(state: AttemptState | None, judge: str | None, grader_version: str | None) -> str:
+    """Why an attempt has no sealed verdict in a report's layer (every unmeasured attempt says why)."""
+    if state is None or not state.retained:
+        return "never ran, or its candidate evidence was not retained"
+    if not state.sealed:
+        return "retained, not graded"
+    if grader_version is not None and not state.receipts(grader_version):
+        return f"not graded by grader version {grader_version}"
+    if judge is not None and not state.judged:
+        return f"graded, not judged (case names judge {judge})"
+    return "no sealed verdict"
+
+
 def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
-              receipt_entry: ManifestEntry | None = None) -> AttemptSummary:
+              receipt_entry: ManifestEntry | None = None, judge: str | None = None) -> AttemptSummary:
     """An attempt's verdict under one receipt: by default the newest (last in sequence wins).
 
     Who and what the attempt is come from the plan (``ref``), whose hash the
@@ -242,7 +255,7 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
     ]
     verdict = terminal_class(
         harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded, grader_results=[result],
-        judges_passed=[judgements[-1].passed] if judgements else [],
+        judges_passed=[judgements[-1].passed] if judgements else [], judge_required=judge is not None,
     )
     return AttemptSummary(
         attempt_id=ref.attempt_id, case_id=ref.case_id, candidate_id=ref.candidate_id,
@@ -253,5 +266,5 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
         failure_labels=failure_labels(harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded,
                                       graders_passed=result.passed,
                                       judges_passed=all(j.passed for j in judgements[-1:])),
-        isolated=ran_isolated(registry, state, candidate, receipt),
+        isolated=ran_isolated(registry, state, candidate, receipt), grader_sha256=receipt.grader_sha256,
     )

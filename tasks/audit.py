@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pydantic import ValidationError
 
 from registry import (
+    AttemptContract,
     CandidateResult,
     DoctorReport,
     Finding,
@@ -116,6 +117,7 @@ def current_class(registry: Registry, entries: list[ManifestEntry]) -> str | Non
     """Rebuild the current verdict, last in sequence wins; None if it cannot be read."""
     newest = {entry.role: entry for entry in entries}
     try:
+        contract = AttemptContract.model_validate(json.loads(_load(registry, newest[Role.ATTEMPT_CONTRACT]) or b""))
         candidate = CandidateResult.model_validate(json.loads(_load(registry, newest[Role.CANDIDATE_RESULT]) or b""))
         result = GraderResult.model_validate(json.loads(_load(registry, newest[Role.GRADER_RESULT]) or b""))
         judgement = (Judgement.model_validate(json.loads(_load(registry, newest[Role.JUDGEMENT]) or b""))
@@ -123,7 +125,23 @@ def current_class(registry: Registry, entries: list[ManifestEntry]) -> str | Non
     except (KeyError, ValueError, ValidationError):
         return None
     return terminal_class(harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded,
-                          grader_results=[result], judges_passed=[judgement.passed] if judgement else [])
+                          grader_results=[result], judges_passed=[judgement.passed] if judgement else [],
+                          judge_required=contract.judge is not None)
+
+
+def _unjudged(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
+    """A graded attempt whose case names a judge but that has no judgement: it must not stand as resolved."""
+    newest = {entry.role: entry for entry in entries}
+    if Role.JUDGEMENT in newest or Role.ATTEMPT_CONTRACT not in newest or Role.GRADER_RECEIPT not in newest:
+        return []
+    try:
+        contract = AttemptContract.model_validate(json.loads(_load(registry, newest[Role.ATTEMPT_CONTRACT]) or b""))
+    except (ValueError, ValidationError):
+        return []
+    if contract.judge is None:
+        return []
+    return [_finding("judgement-missing", newest[Role.GRADER_RECEIPT],
+                     f"case {contract.case_id} names judge {contract.judge}, but the graded attempt has no judgement")]
 
 
 def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
@@ -131,6 +149,9 @@ def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Find
     receipts = [entry for entry in entries if entry.role == Role.GRADER_RECEIPT]
     if not receipts:
         return []
+    unjudged = _unjudged(registry, entries)
+    if unjudged:
+        return unjudged
     state = current_class(registry, entries)
     if state is None:
         return [_finding("receipt-unreadable", receipts[-1], "current candidate or grader result does not parse")]

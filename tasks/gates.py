@@ -8,10 +8,10 @@ numbers: reports flag them, and publishing refuses them (``tasks/publish.py``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from registry import CALIBRATION_EXPERIMENT, CalibrationRecord, Registry, Role
+from registry import CALIBRATION_EXPERIMENT, CalibrationRecord, ManifestEntry, Registry, Role
 
 
 def judge_key(policy: str) -> str:
@@ -22,23 +22,44 @@ def judge_key(policy: str) -> str:
 def _status(subject: str, found: tuple[str, CalibrationRecord] | None) -> dict[str, Any]:
     if found is None:
         return {"status": "uncalibrated", "record": None,
-                "failures": [f"calibration: {subject} has no calibration record"]}
+                "failures": [f"calibration: {subject} has no calibration record of the bytes that graded"]}
     record_digest, record = found
     return {"status": "passed" if record.decision.passed else "failed", "record": record_digest,
             "failures": [f"calibration of {subject}: {failure}" for failure in record.decision.failures]}
 
 
-def calibration_status(registry: Registry, graders: Sequence[str],
-                       judge_policies: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+def _bare(sha: str) -> str:
+    return sha.removeprefix("sha256:")
+
+
+def _grader_record(registry: Registry, entries: list[ManifestEntry], grader: str,
+                   sha256: str | None) -> tuple[str, CalibrationRecord] | None:
+    """The newest record of ``grader`` (id@version) that calibrated the graded bytes.
+
+    A record made for other bytes under the same version does not vouch for
+    these (SPEC §13); without a recorded sha256 (receipts sealed before it was
+    recorded) the newest record of the version decides, as before.
+    """
+    for entry in reversed(entries):
+        if f"{entry.grader_id}@{entry.grader_version}" == grader:
+            record = registry.load(entry.digest, CalibrationRecord)
+            if sha256 is None or _bare(record.sha256) == _bare(sha256):
+                return entry.digest, record
+    return None
+
+
+def calibration_status(registry: Registry, graders: Sequence[str], judge_policies: Sequence[str] = (),
+                       grader_shas: Mapping[str, str | None] | None = None) -> dict[str, dict[str, Any]]:
     """Status of each grader ``id@version`` and each judge policy hash (keyed ``judge:<hash>``).
 
-    Graders are matched by id and version (the entry's columns); judges by the
-    policy hash their judgements carry, which the calibration record pins.
+    Graders are matched by id, version and the sha256 of the bytes that graded
+    (``grader_shas``, from the receipts); judges by the policy hash their
+    judgements carry, which the calibration record pins.
     """
     entries = registry.entries(experiment_id=CALIBRATION_EXPERIMENT, role=Role.CALIBRATION_RECORD.value)
-    newest: dict[str, str] = {f"{e.grader_id}@{e.grader_version}": e.digest for e in entries}
-    status = {grader: _status(grader, (newest[grader], registry.load(newest[grader], CalibrationRecord))
-                              if grader in newest else None) for grader in graders}
+    shas = grader_shas or {}
+    status = {grader: _status(grader, _grader_record(registry, entries, grader, shas.get(grader)))
+              for grader in graders}
     if judge_policies:
         by_policy: dict[str, tuple[str, CalibrationRecord]] = {}
         for entry in entries:

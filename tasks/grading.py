@@ -79,8 +79,10 @@ def _run_grader(profile: GraderProfile, sandbox: Sandbox, input_bytes: bytes, sn
 def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: GraderInput,
           snapshot: Snapshot, patch: bytes, bench: Workbench) -> Grading:
     """Grade one attempt through the boundary; never raises for a grader's fault."""
-    input_bytes = canonical_json(grader_input.model_dump(mode="json"))
     profile = config.grader_profiles.get(profile_name)
+    if profile is not None:
+        grader_input = grader_input.model_copy(update={"grader_sha256": profile.sha256})
+    input_bytes = canonical_json(grader_input.model_dump(mode="json"))
     output, passed, sandbox = b"", False, None
     failure: str | None
     if profile is None:
@@ -100,6 +102,7 @@ def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: G
     result = GraderResult(
         attempt_id=attempt_id, grader_id=grader_id, grader_version=version, required=True,
         passed=passed and failure is None, evidence_hash=digest(output), failure=failure,
+        grader_sha256=profile.sha256 if profile else None,
     )
     receipt = seal_receipt(
         {
@@ -107,6 +110,7 @@ def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: G
             "grader_version": version, "required": True, "passed": result.passed,
             "input_hash": digest(input_bytes), "output_hash": digest(output),
             "result_hash": digest(canonical_json(result.model_dump(mode="json"))),
+            "grader_sha256": result.grader_sha256,
             "sandbox_profile": sandbox.profile_digest if sandbox else None,
         }
     )

@@ -5,9 +5,12 @@ whole manifest chain, and the receipts and judgements of the plan's
 attempts), builds the report only if that evidence verifies, stores an audit
 record with the checks, the findings, the manifest head and a decision, and
 only a ``commit`` decision stores a publication naming the report and its
-audit record. Evidence that does not verify rejects; a release gate that is
-missing or failed holds, and so does any number resting on an attempt that
-ran without a sandbox ("unisolated").
+audit record. Evidence that does not verify rejects. SPEC §13's rules hold
+(each with its reason in the audit record): a release gate missing or failed
+(calibration records must bind the graded sha256), a number resting on an
+attempt that ran without a sandbox, a planned attempt that is unmeasured, a
+grader profile graded by several versions, and a manifest head that moved
+between the audit and the report.
 """
 
 from __future__ import annotations
@@ -57,23 +60,52 @@ class Decision:
     publication: str | None
 
 
+def publication_holds(report: dict[str, Any], plan: Plan, audited_head: str | None) -> dict[str, list[str]]:
+    """Every SPEC §13 rule a publication must meet, each with the reasons it is not met (empty: met)."""
+    calibration = [failure for entry in report["calibration"].values() for failure in entry["failures"]]
+    unisolated = report["summary"]["unisolated"]
+    unmeasured = report["unmeasured"]
+    profiles = {case.id: case.grader_profile for case in plan.cases}
+    versions: dict[str, set[str]] = {}
+    for attempt in report["attempts"]:
+        grader = f"{attempt['grader_id']}@{attempt['grader_version']}"
+        versions.setdefault(profiles[attempt["case_id"]], set()).add(grader)
+    return {
+        "calibration": calibration,
+        "isolation": [f"{unisolated} attempts ran without a sandbox: their numbers are unisolated (SPEC §11)"]
+        * bool(unisolated),
+        "measured": [f"{len(unmeasured)} planned attempts are unmeasured, e.g. "
+                     + ", ".join(f"{u['case_id']}/{u['candidate_id']}#{u['index']} ({u['reason']})"
+                                 for u in unmeasured[:5])] * bool(unmeasured),
+        "declared_versions": [f"grader profile {name} graded by several versions ({', '.join(sorted(found))}): "
+                              "publish one with --grader-version" for name, found in sorted(versions.items())
+                              if len(found) > 1],
+        "same_head": [] if report["manifest_head"] == audited_head else [
+            f"the manifest moved between the audit ({audited_head}) and the report ({report['manifest_head']}): "
+            "another writer appended; publish again"],
+    }
+
+
 def publish(registry: Registry, plan: Plan, grader_version: str | None = None) -> Decision:
-    """Audit the plan's attempts first; build the report only over verified evidence; publish only on ``commit``."""
+    """Audit the plan's attempts first; build the report only over verified evidence; publish only on ``commit``.
+
+    The report must be computed at the head the audit verified: a writer that
+    appends in between makes the decision ``hold``, never a publication of
+    entries nobody audited.
+    """
     attempt_ids = [ref.attempt_id for ref in plan.attempt_refs()]
+    audited_head = head_label(registry)
     doctor = audit_registry(registry, attempt_ids=attempt_ids)
     findings = [f"{finding.kind} ({finding.where}): {finding.message}" for finding in doctor.findings]
     report = None if findings else build_report(registry, plan, grader_version)
-    calibration = [failure for entry in (report or {}).get("calibration", {}).values() for failure in entry["failures"]]
-    unisolated = report["summary"]["unisolated"] if report else 0
-    isolation = [f"{unisolated} attempts ran without a sandbox: their numbers are unisolated (SPEC §11)"
-                 ] * bool(unisolated)
-    gate_failures = calibration + isolation
+    holds = publication_holds(report, plan, audited_head) if report else {}
+    gate_failures = [reason for reasons in holds.values() for reason in reasons]
     record = AuditRecord(
         scope={"experiment": plan.experiment, "plan_hash": plan.plan_hash, "attempts": len(attempt_ids),
                "report": report["report_digest"] if report else "not built: evidence in scope does not verify"},
-        checks={"doctor": doctor.clean, "calibration": report is not None and not calibration,
-                "isolation": report is not None and not isolation},
-        doctor_findings=findings, gate_failures=gate_failures, manifest_head=head_label(registry),
+        checks={"doctor": doctor.clean,
+                **{rule: report is not None and not reasons for rule, reasons in holds.items()}},
+        doctor_findings=findings, gate_failures=gate_failures, manifest_head=audited_head,
         failure_labels=audit_labels(registry, attempt_ids, doctor.findings),
         decision="reject" if findings else "hold" if gate_failures else "commit",
     )

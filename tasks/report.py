@@ -12,10 +12,11 @@ two stored reports back by digest.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 from registry import (
+    AttemptRef,
     AttemptSummary,
     ExperimentRecord,
     NewEntry,
@@ -28,7 +29,9 @@ from registry import (
     is_digest,
     release_free_memory,
 )
-from tasks.attempts import attempt_states, summarize
+from tasks.attempts import attempt_states, summarize, unmeasured_reason
+from tasks.denominators import tally
+from tasks.execution.process import utc_timestamp
 from tasks.gates import calibration_status, judge_key
 from tasks.taxonomy import count_primary
 
@@ -49,10 +52,14 @@ def head_label(registry: Registry) -> str | None:
 def current_summaries(registry: Registry, plan: Plan, grader_version: str | None = None) -> dict[str, AttemptSummary]:
     """Each graded attempt's verdict: newest receipt overall, or newest of ``grader_version``.
 
+    An attempt whose case names a judge has no verdict until it is judged:
+    graded-but-unjudged is unmeasured, never resolved on the grader alone.
+
     Attempts are read SUMMARY_CHUNK at a time, so only one chunk's manifest
     entries are held at once, however large the experiment.
     """
     refs = list(plan.attempt_refs())
+    judges = {case.id: case.judge for case in plan.cases}
     found = {}
     for start in range(0, len(refs), SUMMARY_CHUNK):
         chunk = refs[start : start + SUMMARY_CHUNK]
@@ -60,8 +67,8 @@ def current_summaries(registry: Registry, plan: Plan, grader_version: str | None
         for ref in chunk:
             state = states.get(ref.attempt_id)
             receipts = state.receipts(grader_version) if state else []
-            if state is not None and receipts:
-                found[ref.attempt_id] = summarize(registry, ref, state, receipts[-1])
+            if state is not None and receipts and (judges[ref.case_id] is None or state.judged):
+                found[ref.attempt_id] = summarize(registry, ref, state, receipts[-1], judges[ref.case_id])
         release_free_memory()
     return found
 
@@ -99,78 +106,95 @@ def cohort_key(case_id: str, snapshot: str, prompt: str, layer: str) -> str:
     return digest_json([case_id, snapshot, prompt, layer])
 
 
-def _rates(attempts: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
-    tallies: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"attempts": 0, "resolved": 0, "unisolated": 0, "graders": set()})
-    for item in attempts:
-        tally = tallies[item[key]]
-        tally["attempts"] += 1
-        tally["resolved"] += item["resolved"]
-        tally["unisolated"] += not item["isolated"]
-        tally["graders"].add(f"{item['grader_id']}@{item['grader_version']}")
+def _attempt_line(ref: AttemptRef, summary: AttemptSummary, cohort: str) -> dict[str, Any]:
     return {
-        name: {**t, "graders": sorted(t["graders"]), "pass_rate": round(t["resolved"] / t["attempts"], 4)}
-        for name, t in tallies.items()
+        "attempt_id": ref.attempt_id, "case_id": ref.case_id, "candidate_id": ref.candidate_id,
+        "index": ref.index, "terminal_class": summary.terminal_class, "resolved": summary.resolved,
+        "grader_id": summary.grader_id, "grader_version": summary.grader_version,
+        "generation": summary.generation, "receipt": summary.receipt_digest,
+        "failure_labels": summary.failure_labels, "isolated": bool(summary.isolated), "cohort_key": cohort,
+        **({"judge": summary.judgements[-1].model_dump(mode="json"),
+            "judgements": [line.model_dump(mode="json") for line in summary.judgements]}
+           if summary.judgements else {}),
     }
 
 
 def build_report(registry: Registry, plan: Plan, grader_version: str | None = None,
-                 summaries: dict[str, AttemptSummary] | None = None) -> dict[str, Any]:
+                 summaries: dict[str, AttemptSummary] | None = None, history: bool = False) -> dict[str, Any]:
     """Compute, store and return the report of the plan's current verdicts (or one grader version's).
 
-    ``summaries`` saves re-reading the verdicts a flow has just sealed into its record.
+    Every planned attempt is in every denominator (``tasks/denominators.py``);
+    the ones without a sealed verdict are listed under ``unmeasured`` with the
+    reason. ``summaries`` saves re-reading the verdicts a flow has just sealed
+    into its record; ``history`` adds every generation of every attempt.
     """
     layer = LAYER if grader_version is None else f"{LAYER}@grader-version:{grader_version}"
     if summaries is None:
         summaries = current_summaries(registry, plan, grader_version)
-    cases = {case.id: case for case in plan.cases}
-    attempts: list[dict[str, Any]] = []
-    pending = 0
-    for ref in plan.attempt_refs():
-        summary = summaries.get(ref.attempt_id)
-        if summary is None:
-            pending += 1
-            continue
-        case = cases[ref.case_id]
-        attempts.append({
-            "attempt_id": ref.attempt_id, "case_id": ref.case_id, "candidate_id": ref.candidate_id,
-            "index": ref.index, "terminal_class": summary.terminal_class, "resolved": summary.resolved,
-            "grader_id": summary.grader_id, "grader_version": summary.grader_version,
-            "generation": summary.generation, "receipt": summary.receipt_digest,
-            "failure_labels": summary.failure_labels, "isolated": bool(summary.isolated),
-            "cohort_key": cohort_key(case.id, case.snapshot_digest, case.prompt_hash, layer),
-            **({"judge": summary.judgements[-1].model_dump(mode="json"),
-                "judgements": [line.model_dump(mode="json") for line in summary.judgements]}
-               if summary.judgements else {}),
-        })
-    cohorts = [
-        {"case_id": case_id, "cohort_key": attempts_of[0]["cohort_key"], **_rates(attempts_of, "case_id")[case_id]}
-        for case_id, attempts_of in _group(attempts, "case_id").items()
-    ]
-    by_candidate = _rates(attempts, "candidate_id")
+    cohorts_of = {case.id: cohort_key(case.id, case.snapshot_digest, case.prompt_hash, layer) for case in plan.cases}
+    refs = list(plan.attempt_refs())
+    attempts = [_attempt_line(ref, summaries[ref.attempt_id], cohorts_of[ref.case_id])
+                for ref in refs if ref.attempt_id in summaries]
+    unmeasured = unmeasured_attempts(registry, plan, [ref for ref in refs if ref.attempt_id not in summaries],
+                                     grader_version)
+    by_case = tally(Counter(ref.case_id for ref in refs), attempts, "case_id")
+    cohorts = [{"case_id": case_id, "cohort_key": cohorts_of[case_id], **by_case[case_id]} for case_id in cohorts_of]
+    by_candidate = tally(Counter(ref.candidate_id for ref in refs), attempts, "candidate_id")
     graders = sorted({f"{a['grader_id']}@{a['grader_version']}" for a in attempts})
     policies: dict[str, set[str]] = defaultdict(set)
     for a in attempts:
         if "judge" in a:
             policies[a["candidate_id"]].add(a["judge"]["judge_policy_hash"])
-    calibration = calibration_status(registry, graders, sorted(set().union(*policies.values())))
-    for name, tally in by_candidate.items():
-        behind = [*tally["graders"], *map(judge_key, policies.get(name, ()))]
-        tally["calibrated"] = all(calibration[subject]["status"] == "passed" for subject in behind)
+    shas = {f"{s.grader_id}@{s.grader_version}": s.grader_sha256 for s in summaries.values()}
+    calibration = calibration_status(registry, graders, sorted(set().union(*policies.values())), shas)
+    for name, entry in by_candidate.items():
+        behind = [*entry["graders"], *map(judge_key, policies.get(name, ()))]
+        entry["calibrated"] = all(calibration[subject]["status"] == "passed" for subject in behind)
     body = {
         "schema_version": "tribunal.report.v1", "experiment": plan.experiment, "plan_hash": plan.plan_hash,
-        "layer": layer, "grader_version": grader_version, "manifest_head": head_label(registry),
-        "graders": graders, "calibration": calibration,
+        "layer": layer, "grader_version": grader_version, "generated_at": utc_timestamp(),
+        "manifest_head": head_label(registry), "graders": graders, "calibration": calibration,
         "release_grade": bool(graders) and all(entry["status"] == "passed" for entry in calibration.values()),
-        "attempts": attempts, "cohorts": cohorts,
-        "summary": {"candidates": {c.id: by_candidate.get(c.id) for c in plan.candidates},
-                    "attempts": len(attempts), "resolved": sum(a["resolved"] for a in attempts),
-                    "unisolated": sum(not a["isolated"] for a in attempts),
-                    "not_graded": pending,
-                    "taxonomy": count_primary([a["failure_labels"] for a in attempts] + [["M"]] * pending)},
+        "candidates": [{"candidate_id": c.id, **by_candidate[c.id]} for c in plan.candidates],
+        "attempts": attempts, "unmeasured": unmeasured, "cohorts": cohorts,
+        **({"history": attempt_history(registry, plan)} if history else {}),
+        "summary": {"candidates": {c.id: by_candidate[c.id] for c in plan.candidates},
+                    "planned": len(refs), "attempts": len(attempts), "resolved": sum(a["resolved"] for a in attempts),
+                    "unmeasured": len(unmeasured), "unisolated": sum(not a["isolated"] for a in attempts),
+                    "taxonomy": count_primary([a["failure_labels"] for a in attempts] + [["M"]] * len(unmeasured))},
     }
     report_digest = _append_derived(registry, plan, Role.REPORT, canonical_json(body), f"report:{digest_json(body)}")
     return {**body, "report_digest": report_digest}
+
+
+def unmeasured_attempts(registry: Registry, plan: Plan, refs: list[AttemptRef],
+                        grader_version: str | None) -> list[dict[str, Any]]:
+    """The planned attempts with no sealed verdict in this layer, each with why."""
+    judges = {case.id: case.judge for case in plan.cases}
+    states = attempt_states(registry, plan.experiment, [ref.attempt_id for ref in refs]) if refs else {}
+    return [{"attempt_id": ref.attempt_id, "case_id": ref.case_id, "candidate_id": ref.candidate_id,
+             "index": ref.index,
+             "reason": unmeasured_reason(states.get(ref.attempt_id), judges[ref.case_id], grader_version)}
+            for ref in refs]
+
+
+def attempt_history(registry: Registry, plan: Plan) -> list[dict[str, Any]]:
+    """Every generation of every attempt, oldest first: what each grading said when it was current."""
+    judges = {case.id: case.judge for case in plan.cases}
+    lines = []
+    for start in range(0, len(refs := list(plan.attempt_refs())), SUMMARY_CHUNK):
+        chunk = refs[start : start + SUMMARY_CHUNK]
+        states = attempt_states(registry, plan.experiment, [ref.attempt_id for ref in chunk])
+        for ref in chunk:
+            state = states.get(ref.attempt_id)
+            generations = ([summarize(registry, ref, state, entry, judges[ref.case_id]) for entry in state.receipts()]
+                           if state else [])
+            lines.append({"attempt_id": ref.attempt_id, "case_id": ref.case_id, "candidate_id": ref.candidate_id,
+                          "index": ref.index,
+                          "generations": [{"generation": g.generation, "grader_id": g.grader_id,
+                                           "grader_version": g.grader_version, "terminal_class": g.terminal_class,
+                                           "receipt": g.receipt_digest} for g in generations]})
+    return lines
 
 
 def rates_by_grader_version(registry: Registry, plan: Plan) -> dict[str, dict[str, float]]:
@@ -179,18 +203,14 @@ def rates_by_grader_version(registry: Registry, plan: Plan) -> dict[str, dict[st
                        for e in registry.entries(experiment_id=plan.experiment, role=Role.GRADER_RECEIPT)
                        if e.grader_version is not None})
     series: dict[str, dict[str, float]] = defaultdict(dict)
+    planned = Counter(ref.candidate_id for ref in plan.attempt_refs())
     for version in versions:
-        summaries = list(current_summaries(registry, plan, version).values())
-        for candidate, tally in _rates([s.model_dump() for s in summaries], "candidate_id").items():
-            series[candidate][" + ".join(tally["graders"])] = tally["pass_rate"]
+        summaries = [{**s.model_dump(), "isolated": bool(s.isolated)}
+                     for s in current_summaries(registry, plan, version).values()]
+        for candidate, entry in tally(planned, summaries, "candidate_id").items():
+            if entry["graders"]:
+                series[candidate][" + ".join(entry["graders"])] = entry["pass_rate"]
     return dict(series)
-
-
-def _group(items: list[dict[str, Any]], key: str) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for item in items:
-        groups[item[key]].append(item)
-    return dict(groups)
 
 
 def load_report(registry: Registry, report_digest: str) -> dict[str, Any]:
@@ -220,4 +240,5 @@ def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, 
         rates[name] = {"before": was_rate, "after": now_rate, "change": change,
                        "graders_before": (was or {}).get("graders", []),
                        "graders_after": (now or {}).get("graders", [])}
-    return {"before": before["report_digest"], "after": after["report_digest"], "flips": flips, "pass_rates": rates}
+    return {"before": before["report_digest"], "after": after["report_digest"], "flips": flips, "pass_rates": rates,
+            "calibration": {"before": before.get("calibration", {}), "after": after.get("calibration", {})}}

@@ -52,19 +52,26 @@ def to_markdown(report: dict[str, Any]) -> str:
     """A Markdown report: per-candidate pass rates, cohorts, attempts."""
     banner = calibration_banner(report)
     lines = [f"# {report['experiment']} — {report['layer']}", "", *([f"> **{banner}**", ""] if banner else []),
+             f"Generated {report.get('generated_at', 'unknown')}; pass rate = resolved / planned.", "",
              f"Graders: {', '.join(report['graders']) or 'none'}", "",
-             "| candidate | attempts | resolved | pass rate | graders |", "|---|---|---|---|---|"]
+             "| candidate | planned | resolved | unmeasured | pass rate | graders |", "|---|---|---|---|---|---|"]
     for name, tally in report["summary"]["candidates"].items():
-        if tally:
-            lines.append(f"| {name} | {tally['attempts']} | {tally['resolved']} | {candidate_rate(tally)} | "
-                         f"{', '.join(tally['graders'])} |")
-    lines += ["", "| case | cohort key | attempts | resolved | pass rate |", "|---|---|---|---|---|"]
-    lines += [f"| {c['case_id']} | `{c['cohort_key'][:19]}…` | {c['attempts']} | {c['resolved']} "
+        lines.append(f"| {name} | {tally['planned']} | {tally['resolved']} | {tally['unmeasured']} | "
+                     f"{candidate_rate(tally)} | {', '.join(tally['graders'])} |")
+    lines += ["", "| case | cohort key | planned | resolved | unmeasured | pass rate |", "|---|---|---|---|---|---|"]
+    lines += [f"| {c['case_id']} | `{c['cohort_key'][:19]}…` | {c['planned']} | {c['resolved']} | {c['unmeasured']} "
               f"| {_rate(c['pass_rate'])} |"
               for c in report["cohorts"]]
     lines += ["", "| case | candidate | # | verdict | grader | generation |", "|---|---|---|---|---|---|"]
     lines += [f"| {a['case_id']} | {a['candidate_id']} | {a['index']} | {a['terminal_class']} | "
               f"{a['grader_id']}@{a['grader_version']} | {a['generation']} |" for a in report["attempts"]]
+    lines += [f"| {u['case_id']} | {u['candidate_id']} | {u['index']} | unmeasured: {u['reason']} | - | - |"
+              for u in report["unmeasured"]]
+    if "history" in report:
+        lines += ["", "| case | candidate | # | generation | grader | verdict |", "|---|---|---|---|---|---|"]
+        lines += [f"| {line['case_id']} | {line['candidate_id']} | {line['index']} | {gen['generation']} | "
+                  f"{gen['grader_id']}@{gen['grader_version']} | {gen['terminal_class']} |"
+                  for line in report["history"] for gen in line["generations"]]
     lines += ["", taxonomy_line(report), "",
               f"Report `{report['report_digest']}` at manifest head `{report['manifest_head']}`."]
     return "\n".join(lines) + "\n"
@@ -104,10 +111,15 @@ def to_html(report: dict[str, Any], rates_by_version: dict[str, dict[str, float]
         f"<td>{html.escape(a['grader_id'])}@{html.escape(a['grader_version'])}</td><td>{a['generation']}</td></tr>"
         for a in report["attempts"]
     )
+    rows += "".join(
+        f"<tr><td>{html.escape(u['case_id'])}</td><td>{html.escape(u['candidate_id'])}</td><td>{u['index']}</td>"
+        f"<td class='no'>unmeasured: {html.escape(u['reason'])}</td><td>-</td><td>-</td></tr>"
+        for u in report["unmeasured"]
+    )
     rates = "".join(
-        f"<tr><td>{html.escape(name)}</td><td>{t['attempts']}</td><td>{t['resolved']}</td><td>{candidate_rate(t)}</td>"
-        f"<td>{html.escape(', '.join(t['graders']))}</td></tr>"
-        for name, t in report["summary"]["candidates"].items() if t
+        f"<tr><td>{html.escape(name)}</td><td>{t['planned']}</td><td>{t['resolved']}</td><td>{t['unmeasured']}</td>"
+        f"<td>{candidate_rate(t)}</td><td>{html.escape(', '.join(t['graders']))}</td></tr>"
+        for name, t in report["summary"]["candidates"].items()
     )
     banner = calibration_banner(report)
     banner_html = f"<p class='no'><strong>{html.escape(banner)}</strong></p>" if banner else ""
@@ -119,8 +131,8 @@ def to_html(report: dict[str, Any], rates_by_version: dict[str, dict[str, float]
         f"<h1>{html.escape(report['experiment'])}</h1>{banner_html}<p>Layer {html.escape(report['layer'])}; graders "
         f"{html.escape(', '.join(report['graders']))}</p>"
         f"<h2>Pass rate per candidate per grader version</h2>{_chart(rates_by_version)}"
-        "<h2>Candidates</h2><table><tr><th>candidate</th><th>attempts</th><th>resolved</th><th>pass rate</th>"
-        f"<th>graders</th></tr>{rates}</table>"
+        "<h2>Candidates (pass rate = resolved / planned)</h2><table><tr><th>candidate</th><th>planned</th>"
+        f"<th>resolved</th><th>unmeasured</th><th>pass rate</th><th>graders</th></tr>{rates}</table>"
         "<h2>Attempts</h2><table><tr><th>case</th><th>candidate</th><th>#</th><th>verdict</th><th>grader</th>"
         f"<th>generation</th></tr>{rows}</table><p>{html.escape(taxonomy_line(report))}</p>"
         f"<p>Report <code>{report['report_digest']}</code> at manifest head <code>{report['manifest_head']}</code>.</p>"
@@ -132,24 +144,31 @@ def to_swebench(report: dict[str, Any]) -> dict[str, Any]:
     """SWE-bench's report.json shape, one per candidate (instance id = case id, ``#index`` when repeated).
 
     An invalid measurement (harness_invalid) is SWE-bench's "error"; every other
-    unresolved attempt is "unresolved".
+    unresolved attempt is "unresolved". Unmeasured attempts are planned
+    instances that were never completed: in the total, in ``incomplete_ids``.
     """
-    repeated = any(a["index"] > 0 for a in report["attempts"])
+    planned = report["attempts"] + report.get("unmeasured", [])
+    repeated = any(a["index"] > 0 for a in planned)
     out: dict[str, Any] = {}
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for attempt in report["attempts"]:
         grouped[attempt["candidate_id"]].append(attempt)
-    for candidate, attempts in grouped.items():
+    missing: dict[str, list[str]] = defaultdict(list)
+    for item in report.get("unmeasured", []):
+        missing[item["candidate_id"]].append(f"{item['case_id']}#{item['index']}" if repeated else item["case_id"])
+    for candidate in sorted(set(grouped) | set(missing)):
+        attempts = grouped[candidate]
         ids = {a["attempt_id"]: f"{a['case_id']}#{a['index']}" if repeated else a["case_id"] for a in attempts}
         resolved = sorted(ids[a["attempt_id"]] for a in attempts if a["resolved"])
         errors = sorted(ids[a["attempt_id"]] for a in attempts if a["terminal_class"] == "harness_invalid")
         unresolved = sorted(ids[a["attempt_id"]] for a in attempts
                             if not a["resolved"] and ids[a["attempt_id"]] not in errors)
         out[candidate] = {
-            "total_instances": len(attempts), "submitted_instances": len(attempts),
+            "total_instances": len(attempts) + len(missing[candidate]), "submitted_instances": len(attempts),
             "completed_instances": len(attempts) - len(errors), "resolved_instances": len(resolved),
             "unresolved_instances": len(unresolved), "error_instances": len(errors),
             "completed_ids": sorted(set(ids.values()) - set(errors)), "resolved_ids": resolved,
-            "unresolved_ids": unresolved, "error_ids": errors, "schema_version": 2,
+            "unresolved_ids": unresolved, "error_ids": errors, "incomplete_ids": sorted(missing[candidate]),
+            "schema_version": 2,
         }
     return out

@@ -20,9 +20,13 @@ TerminalClass = Literal["resolved", "candidate_failure", "harness_invalid", "gra
 
 def terminal_class(
     *, harness_valid: bool, candidate_succeeded: bool, grader_results: Sequence[GraderResult],
-    judges_passed: Sequence[bool] = (),
+    judges_passed: Sequence[bool] = (), judge_required: bool = False,
 ) -> TerminalClass:
-    """Classify one attempt from the candidate side's facts and the graders' and judges' booleans."""
+    """Classify one attempt from the candidate side's facts and the graders' and judges' booleans.
+
+    A case that names a judge and has no judgement fails closed, like an empty
+    grader set: "nobody judged it" is never a pass.
+    """
     if not harness_valid:
         return "harness_invalid"
     if not candidate_succeeded:
@@ -30,6 +34,6 @@ def terminal_class(
     required = [result for result in grader_results if result.required]
     if not required or not all(result.passed for result in required):
         return "grader_failure"
-    if not all(judges_passed):
+    if not all(judges_passed) or (judge_required and not judges_passed):
         return "judge_failure"
     return "resolved"

@@ -162,7 +162,9 @@ def test_publish_holds_without_a_passing_gate_commits_with_one_and_rejects_tampe
     [publication] = Registry.open(demo["registry"]).entries(role=Role.PUBLICATION.value)
     body = json.loads(store.get(publication.digest))
     audit = json.loads(store.get(body["audit_record"]))
-    assert audit["decision"] == "commit" and audit["checks"] == {"doctor": True, "calibration": True, "isolation": True}
+    assert audit["decision"] == "commit" and audit["checks"] == {
+        "doctor": True, "calibration": True, "isolation": True, "measured": True, "declared_versions": True,
+        "same_head": True}
     assert audit["scope"]["attempts"] == 10 and audit["manifest_head"]
 
     receipt = store.entries(role=Role.GRADER_RECEIPT.value)[-1]
@@ -177,3 +179,47 @@ def test_publish_holds_without_a_passing_gate_commits_with_one_and_rejects_tampe
     audit = json.loads(store.get(Registry.open(demo["registry"]).entries(role=Role.AUDIT_RECORD.value)[-1].digest))
     assert audit["decision"] == "reject" and audit["failure_labels"] == {receipt.attempt_id: ["A"]}
     assert len(Registry.open(demo["registry"]).entries(role=Role.PUBLICATION.value)) == 1
+
+
+@pytest.fixture
+def fresh_demo(tmp_path: Path, prefect_api: str) -> dict[str, Any]:
+    """The demo evaluated on its own registry, with a gate (for tests that must start from clean evidence)."""
+    import os
+
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    plan, config, _, registry = run_demo(tmp_path, env)
+    config.write_text(config.read_text() + GATE)
+    report = json.loads(tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json",
+                                 env=env).stdout)
+    return {"plan": plan, "config": config, "registry": registry, "env": env, "report": report, "dir": tmp_path}
+
+
+def test_calibration_binds_bytes_and_an_unaudited_head_is_never_published(fresh_demo: dict[str, Any],
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attack: a passing calibration of other bytes under the same version, and a writer between audit and report."""
+    from registry import NewEntry, load_config, load_plan
+    from tasks import publish as publishing
+    from tasks.gates import calibration_status
+
+    assert calibrate(fresh_demo, write_set(fresh_demo, "agreed.jsonl", leaky_label="pass")).returncode == 0
+    store = Registry.open(fresh_demo["registry"])
+    pinned = load_config(fresh_demo["config"]).grader_profiles["unit-tests"].sha256
+    assert calibration_status(store, ["suite-checker@1"], grader_shas={"suite-checker@1": pinned}
+                              )["suite-checker@1"]["status"] == "passed"
+    other = calibration_status(store, ["suite-checker@1"], grader_shas={"suite-checker@1": "0" * 64})
+    assert other["suite-checker@1"]["status"] == "uncalibrated"
+
+    audit_registry = publishing.audit_registry
+
+    def audit_then_another_writer(registry: Registry, *args: Any, **kwargs: Any) -> Any:
+        audited = audit_registry(registry, *args, **kwargs)
+        registry.append([NewEntry(txn="another-writer", role=Role.REPORT.value, experiment_id="demo",
+                                  digest=registry.put(b"{}"), size=2)])
+        return audited
+
+    monkeypatch.setattr(publishing, "audit_registry", audit_then_another_writer)
+    decision = publishing.publish(store, load_plan(fresh_demo["plan"]))
+    assert decision.audit.decision == "hold" and decision.publication is None
+    assert any("manifest moved between the audit" in reason for reason in decision.audit.gate_failures)
+    monkeypatch.setattr(publishing, "audit_registry", audit_registry)
+    assert publishing.publish(store, load_plan(fresh_demo["plan"])).audit.decision == "commit"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,9 @@ def regraded(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> dict
             "v1": json.loads(first.stdout), "v2": json.loads(second.stdout)}
 
 
+UTC_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+
+
 def report(ctx: dict[str, object], *args: str) -> tuple[int, str, str]:
     done = tribunal("report", "--registry", str(ctx["registry"]), *args, env=ctx["env"])  # type: ignore[arg-type]
     return done.returncode, done.stdout, done.stderr
@@ -52,7 +56,10 @@ def test_a_version_pinned_report_never_mixes_versions(regraded: dict) -> None:  
     v2_keys = {c["case_id"]: c["cohort_key"] for c in regraded["v2"]["cohorts"]}
     assert all(c["cohort_key"] != v2_keys[c["case_id"]] for c in pinned["cohorts"])
     code, out, _ = report(regraded, "--plan", regraded["plan"], "--grader-version", "9", "--format", "json")
-    assert json.loads(out)["attempts"] == [] and json.loads(out)["summary"]["not_graded"] == 10
+    nothing = json.loads(out)
+    assert nothing["attempts"] == [] and nothing["summary"]["unmeasured"] == nothing["summary"]["planned"] == 10
+    assert {u["reason"] for u in nothing["unmeasured"]} == {"not graded by grader version 9"}
+    assert all(c["planned"] == 2 and c["pass_rate"] == 0.0 for c in nothing["candidates"])
 
 
 def test_every_report_is_stored_with_its_head(regraded: dict) -> None:  # type: ignore[type-arg]
@@ -87,7 +94,7 @@ def test_compare_refuses_a_digest_that_is_not_a_report(regraded: dict) -> None: 
 
 def test_markdown_html_and_swebench_formats(regraded: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
     code, md, err = report(regraded, "--plan", regraded["plan"], "--format", "md")
-    assert code == 0 and "| agent-leaky | 2 | 0 | 0.0% (uncalibrated) | suite-checker@2 |" in md
+    assert code == 0 and "| agent-leaky | 2 | 0 | 0 | 0.0% (uncalibrated) | suite-checker@2 |" in md
     assert "> **NOT RELEASE-GRADE: suite-checker@2 uncalibrated." in md  # no calibration record: every format says so
     assert re.search(r"stored report sha256:[0-9a-f]{64}", err)
     page = tmp_path / "report.html"
@@ -169,3 +176,39 @@ def test_failures_are_labelled_by_the_earliest_failed_gate(regraded: dict) -> No
     assert regraded["v2"]["summary"]["taxonomy"] == {"M": 0, "E": 3, "G": 4, "A": 0, "T": 0}
     code, out, _ = report(regraded, "--plan", regraded["plan"], "--format", "md")
     assert code == 0 and "Failures by primary label: M 0, E 3, G 4, A 0, T 0" in out
+
+
+def test_a_layer_nothing_graded_publishes_nothing(regraded: dict[str, Any]) -> None:
+    """Attack: `--grader-version 9 --publish` with 0 of 10 attempts graded must not certify an empty report."""
+    code, _, err = report(regraded, "--plan", regraded["plan"], "--grader-version", "9", "--publish")
+    assert code == 1 and "not published: audit decision hold" in err
+    assert "10 planned attempts are unmeasured" in err and "not graded by grader version 9" in err
+    store = Registry.open(regraded["registry"])
+    audit = json.loads(store.get(store.entries(role=Role.AUDIT_RECORD.value)[-1].digest))
+    assert audit["decision"] == "hold" and audit["checks"]["measured"] is False
+    code, out, _ = report(regraded, "--plan", regraded["plan"], "--grader-version", "9", "--format", "swebench")
+    swe = json.loads(out)
+    assert swe["agent-fixer"]["total_instances"] == 2 and swe["agent-fixer"]["incomplete_ids"] == ["off-by-one",
+                                                                                                    "slugify"]
+
+
+def test_reports_carry_time_head_and_every_generation(regraded: dict[str, Any]) -> None:
+    code, out, _ = report(regraded, "--plan", regraded["plan"], "--history", "--format", "json")
+    body = json.loads(out)
+    assert code == 0 and UTC_STAMP.match(body["generated_at"]) and body["manifest_head"]
+    assert {tuple(g["generation"] for g in line["generations"]) for line in body["history"]} == {(1, 2)}
+    leaky = [line for line in body["history"] if line["candidate_id"] == "agent-leaky"]
+    assert all([g["terminal_class"] for g in line["generations"]] == ["resolved", "grader_failure"] for line in leaky)
+    assert [c["candidate_id"] for c in body["candidates"]] == ["agent-fixer", "agent-hasty", "agent-crasher",
+                                                               "agent-leaky", "swe-preds"]
+    assert all(c["planned"] == 2 and sum(c["classes"].values()) + c["unmeasured"] == 2 for c in body["candidates"])
+    code, table, _ = report(regraded, "--plan", regraded["plan"], "--history")
+    assert code == 0 and "every generation" in table
+
+
+def test_compare_shows_the_calibration_behind_both_sides(regraded: dict[str, Any]) -> None:
+    code, out, _ = report(regraded, "--compare", regraded["v1"]["report_digest"], regraded["v2"]["report_digest"],
+                          "--format", "json")
+    diff = json.loads(out)
+    assert code == 0 and diff["calibration"]["before"]["suite-checker@1"]["status"] == "uncalibrated"
+    assert diff["calibration"]["after"]["suite-checker@2"]["status"] == "uncalibrated"

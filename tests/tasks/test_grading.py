@@ -149,7 +149,16 @@ def test_stdin_is_one_canonical_document(make_profile: MakeProfile, run_grade: R
     raw = json.loads(grading.output_bytes)["raw"].encode()
     assert raw == grading.input_bytes == canonical_json(json.loads(raw))
     assert set(json.loads(raw)) == {"schema_version", "contract", "grader_profile", "candidate_succeeded",
-                                    "patch_digest", "terminal_evidence_digest", "patch"}
+                                    "patch_digest", "terminal_evidence_digest", "patch", "grader_sha256"}
+
+
+def test_the_grader_bytes_are_named_in_input_result_and_receipt(make_profile: MakeProfile, run_grade: RunGrade) -> None:
+    """No record may leave open which bytes produced a verdict: the pinned sha256 is in all three."""
+    profile = make_profile(PASS)
+    grading = run_grade(profile)
+    assert json.loads(grading.input_bytes)["grader_sha256"] == profile.sha256
+    assert grading.result.grader_sha256 == grading.receipt.grader_sha256 == profile.sha256
+    assert receipt_seal_holds(grading.receipt)
 
 
 def test_a_hung_grader_and_its_grandchildren_are_killed(make_profile: MakeProfile, run_grade: RunGrade) -> None:

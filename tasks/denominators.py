@@ -1,0 +1,36 @@
+"""Every planned attempt in every denominator (SPEC §13). Pure: no registry, no Prefect.
+
+A pass rate is resolved / planned. An attempt without a sealed verdict --
+never ran, not graded, graded but not judged, not graded by the pinned
+grader version -- is *unmeasured*: it stays in the denominator, is counted
+beside every rate and listed by attempt. Dropping it instead would let a
+candidate choose which of its failures disappear (SWE-bench's lesson that
+"never ran" must not count as anything but a miss).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+
+def tally(planned: Counter[str], attempts: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    """Per value of ``key`` (candidate or case): planned, resolved, each class, unmeasured, unisolated, pass rate."""
+    tallies: dict[str, dict[str, Any]] = {
+        name: {"planned": count, "attempts": 0, "resolved": 0, "unisolated": 0, "classes": Counter(), "graders": set()}
+        for name, count in planned.items()
+    }
+    for item in attempts:
+        entry = tallies[item[key]]
+        entry["attempts"] += 1
+        entry["resolved"] += item["resolved"]
+        entry["unisolated"] += not item["isolated"]
+        entry["classes"][item["terminal_class"]] += 1
+        if item.get("grader_id"):
+            entry["graders"].add(f"{item['grader_id']}@{item['grader_version']}")
+    return {
+        name: {**entry, "unmeasured": entry["planned"] - entry["attempts"],
+               "classes": dict(sorted(entry["classes"].items())), "graders": sorted(entry["graders"]),
+               "pass_rate": round(entry["resolved"] / entry["planned"], 4) if entry["planned"] else None}
+        for name, entry in tallies.items()
+    }
