@@ -185,6 +185,7 @@ def test_output_over_the_cap_fails_closed(make_profile: MakeProfile, run_grade: 
         ("PASSED", "not JSON"),
         ('{"verdict": true}', "no 'passed'"),
         ("", "not JSON"),
+        ("[" * 100_000, "not JSON"),
     ],
 )
 def test_anything_but_a_boolean_passed_fails_closed(make_profile: MakeProfile, run_grade: RunGrade, stdout: str,
@@ -192,6 +193,18 @@ def test_anything_but_a_boolean_passed_fails_closed(make_profile: MakeProfile, r
     """Attack: truthy look-alikes ("true", 1) or prose must never count as a pass."""
     grading = run_grade(make_profile(f"import sys\nsys.stdin.read()\nsys.stdout.write({stdout!r})\n"))
     assert_failed_closed(grading, failure)
+
+
+@pytest.mark.parametrize("stdout", [
+    '{"passed": false, "passed": true}',
+    '{"passed": true, "tests_failed": NaN}',
+    '{"passed": true, "tests_failed": Infinity}',
+    '{"passed": true, "tests_failed": 1e999}',
+])
+def test_ambiguous_json_output_fails_closed(make_profile: MakeProfile, run_grade: RunGrade, stdout: str) -> None:
+    """Attack: a duplicate 'passed' (last one wins in Python) or a non-finite number read as a pass."""
+    grading = run_grade(make_profile(f"import sys\nsys.stdin.read()\nsys.stdout.write({stdout!r})\n"))
+    assert_failed_closed(grading, "grader output is ambiguous JSON")
 
 
 def test_a_non_zero_exit_fails_closed_even_with_passed_true(make_profile: MakeProfile, run_grade: RunGrade) -> None:

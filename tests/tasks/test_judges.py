@@ -69,6 +69,12 @@ def test_a_passing_and_a_failing_verdict(chat_judge: JudgeConfig, server: JudgeS
     (Script(body=json.dumps({"model": "judge-7b", "choices": [{"message": {"content": "{}"}}]}).encode()),
      "no-verdict"),
     (Script(model="other-model"), "model-mismatch"),
+    (Script(body=json.dumps({"model": "judge-7b", "choices": [
+        {"message": {"content": '{"passed": false, "passed": true}'}}]}).encode()), "malformed"),
+    (Script(body=b'{"model": "other-model", "model": "judge-7b", "choices": [{"message": {"content": '
+                 b'"{\\"passed\\": true}"}}]}'), "malformed"),
+    (Script(body=json.dumps({"model": "judge-7b", "choices": [
+        {"message": {"content": '{"passed": true, "score": 1e999}'}}]}).encode()), "malformed"),
     (Script(extra_bytes=10000), "oversized"),
     (Script(delay_s=3), "timeout"),
     (Script(status=302, body=b""), "http-status"),
@@ -113,6 +119,8 @@ def test_a_command_judge_reads_exactly_the_judge_input(tmp_path: Path, bench: Wo
     ("import sys\nsys.exit(3)\n", "exit-status"),
     ("print('not json')\n", "malformed"),
     ("print('{\"passed\": 1}')\n", "no-verdict"),
+    ("print('{\"passed\": false, \"passed\": true}')\n", "malformed"),
+    ("print('{\"passed\": true, \"confidence\": NaN}')\n", "malformed"),
     ("import time\ntime.sleep(30)\n", "timeout"),
     ("print('x' * 5000)\n", "oversized"),
 ])
