@@ -93,12 +93,14 @@ class Config(Strict):
     sandbox: SandboxConfig = SandboxConfig()
 
 
-def _resolve(base: Path, value: object) -> object:
-    return str((base / value).resolve()) if isinstance(value, str) and value else value
-
-
 def _absolute(base: Path, value: object) -> object:
-    """A host path for a sandbox mount, made absolute without following links (the mount follows them)."""
+    """A path made absolute against the config's folder without following links.
+
+    Grader, judge and rubric files are checked for being links when they are
+    used (a link lets the bytes behind a pinned name change); resolving them
+    here would hide the link from that check. Sandbox mounts follow links
+    themselves.
+    """
     return os.path.normpath(base / value) if isinstance(value, str) and value else value
 
 
@@ -120,7 +122,7 @@ def load_config(path: Path) -> Config:
     for section, key in (("grader_profiles", "path"), ("judges", "rubric"), ("judges", "path")):
         for entry in (data.get(section) or {}).values():
             if isinstance(entry, dict) and key in entry:
-                entry[key] = _resolve(base, entry[key])
+                entry[key] = _absolute(base, entry[key])
     for owner, key in [(data.get("sandbox"), "read_only"), (data.get("sandbox"), "read_write")] + [
         (profile, "read_only") for profile in (data.get("grader_profiles") or {}).values()
     ]:
