@@ -85,6 +85,7 @@ BAD_SPECS = [
      lambda s: edit(s, 'command = ["python3", "{experiment_dir}/agents/fixer.py"]', "command = []"),
      r"candidate\[0\]: Value error, a 'command' candidate needs a non-empty command"),
     ("not toml", lambda s: s.write_text("experiment = [unclosed"), r"not valid TOML"),
+    ("not utf-8", lambda s: s.write_bytes(b'experiment = "d\xe9mo"\n'), r"line 1: not UTF-8 text \(byte 0xe9\)"),
     ("no cases",
      lambda s: s.write_text('experiment = "x"\n[[candidate]]\nid="a"\nkind="command"\ncommand=["x"]\nprovider="p"\n'
                             'model="m"\n'),

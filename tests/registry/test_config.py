@@ -1,0 +1,26 @@
+"""Loading tribunal.toml (SPEC §3, §10): paths, precedence, and every mistake named by file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from registry import SpecError, load_config
+
+
+def write_config(folder: Path, text: str | bytes) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tribunal.toml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def test_bytes_that_are_not_utf8_are_refused_naming_the_file(tmp_path: Path) -> None:
+    """Mistake: a config saved as Latin-1 must be a clear refusal, not a UnicodeDecodeError traceback."""
+    path = write_config(tmp_path, b'[redaction.patterns]\ncaf\xe9 = "secret"\n')
+    with pytest.raises(SpecError, match=rf"^{path}: line 2: not UTF-8 text \(byte 0xe9\)"):
+        load_config(path)
