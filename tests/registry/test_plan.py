@@ -120,3 +120,22 @@ def test_allow_outside_is_a_deliberate_choice(tmp_path: Path) -> None:
     plan, _ = freeze_experiment(spec, Registry.open(str(tmp_path / "reg")), allow_outside=True)
     inside, _ = freeze_experiment(copy_demo(tmp_path / "exp2"), Registry.open(str(tmp_path / "reg")))
     assert plan.cases[1].snapshot_digest == inside.cases[1].snapshot_digest
+
+
+PATCH_A = '{"instance_id": "slugify", "model_name_or_path": "swe-agent-x", "model_patch": "diff A"}'
+PATCH_B = '{"instance_id": "slugify", "model_name_or_path": "swe-agent-x", "model_patch": "diff B"}'
+
+
+@pytest.mark.parametrize(("content", "where"), [
+    (f"{PATCH_A}\n\n{PATCH_B}\n", r"line 3: duplicate instance_id 'slugify' \(first at line 1\)"),
+    (f"[{PATCH_A}, {PATCH_B}]", r"record 2: duplicate instance_id 'slugify' \(first at record 1\)"),
+    ('{"instance_id": "slugify", "model_patch": "diff A", "model_patch": "diff B"}\n',
+     r"line 1: .*duplicate object key 'model_patch'"),
+])
+def test_an_ambiguous_predictions_file_is_refused_at_freeze(tmp_path: Path, content: str, where: str) -> None:
+    """Attack: two predictions for one case (or two patches in one record): the last one silently won."""
+    spec = copy_demo(tmp_path / "exp")
+    (tmp_path / "exp" / "preds.jsonl").write_text(content)
+    with pytest.raises(SpecError, match=rf"^{spec}: candidate\[4\]\.predictions: {where}"):
+        freeze_experiment(spec, Registry.open(str(tmp_path / "reg")))
+    assert not (tmp_path / "reg" / "log").exists()
