@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from re import _parser  # type: ignore[attr-defined]  # no typeshed stub for the private parser
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from registry._calibration import Gate
 from registry._errors import SpecError
@@ -60,20 +61,28 @@ class JudgeConfig(Strict):
     gate: Gate = Gate()
 
 
+def _secret_pattern(pattern: str) -> str:
+    """A regular expression that compiles and cannot match the empty string.
+
+    A pattern that can match zero characters (``""``, ``a*``, ``\\b``, a
+    lookahead) matches between characters: scrubbing would fill every transcript with
+    placeholders and the re-scan would stop every attempt. Only the parser's
+    minimum width answers this for every pattern; the ``re`` module has no
+    public way to ask, hence ``re._parser`` (there since Python 3.11).
+    """
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        raise ValueError(f"not a valid regular expression ({error})") from None
+    if _parser.parse(pattern).getwidth()[0] == 0:
+        raise ValueError("the pattern can match the empty string; a secret pattern must match at least one character")
+    return pattern
+
+
 class RedactionConfig(Strict):
-    """Named secret patterns (Python regular expressions)."""
+    """Named secret patterns (Python regular expressions), each needing at least one character to match."""
 
-    patterns: dict[str, str] = {}
-
-    @field_validator("patterns")
-    @classmethod
-    def _patterns_compile(cls, patterns: dict[str, str]) -> dict[str, str]:
-        for name, pattern in patterns.items():
-            try:
-                re.compile(pattern)
-            except re.error as error:
-                raise ValueError(f"pattern {name!r} is not a valid regular expression ({error})") from None
-        return patterns
+    patterns: dict[str, Annotated[str, AfterValidator(_secret_pattern)]] = {}
 
 
 class CandidateEnv(Strict):

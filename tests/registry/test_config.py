@@ -24,3 +24,18 @@ def test_bytes_that_are_not_utf8_are_refused_naming_the_file(tmp_path: Path) -> 
     path = write_config(tmp_path, b'[redaction.patterns]\ncaf\xe9 = "secret"\n')
     with pytest.raises(SpecError, match=rf"^{path}: line 2: not UTF-8 text \(byte 0xe9\)"):
         load_config(path)
+
+
+@pytest.mark.parametrize("pattern", ["", "a*", "(AKIA)?", "x|", r"\b", "(?=AKIA)", "$"])
+def test_a_redaction_pattern_that_can_match_the_empty_string_is_refused(tmp_path: Path, pattern: str) -> None:
+    """Mistake: a pattern that can match the empty string matches everywhere, so every attempt is stopped."""
+    path = write_config(tmp_path, f"[redaction.patterns]\naws = 'AKIA[0-9A-Z]{{16}}'\nbroad = '{pattern}'\n")
+    with pytest.raises(SpecError, match=rf"^{path}: redaction\.patterns\.broad: .*can match the empty string"):
+        load_config(path)
+
+
+def test_an_invalid_regular_expression_names_file_and_field(tmp_path: Path) -> None:
+    """Mistake: a typo in a secret pattern must point at the pattern, not fail at the first redaction."""
+    path = write_config(tmp_path, "[redaction.patterns]\naws = 'AKIA[0-9A-Z{16}'\n")
+    with pytest.raises(SpecError, match=rf"^{path}: redaction\.patterns\.aws: .*not a valid regular expression"):
+        load_config(path)
