@@ -24,6 +24,11 @@ from registry._sandbox import SandboxConfig
 
 DEFAULT_CONFIG_NAME = "tribunal.toml"
 MIB = 1024 * 1024
+WEEK_S = 7 * 24 * 3600
+
+Seconds = Annotated[float, Field(gt=0, le=WEEK_S, allow_inf_nan=False)]
+"""A timeout: positive, finite and at most a week. TOML reads ``1e400`` as infinity and
+accepts ``inf`` and ``nan``; any of them (or years) would let a hung program hold its slot forever."""
 
 
 class GraderProfile(Strict):
@@ -33,7 +38,7 @@ class GraderProfile(Strict):
     sha256: Hex64
     grader_id: str
     version: str
-    timeout_s: float = Field(default=120, gt=0)
+    timeout_s: Seconds = 120
     max_output_bytes: int = Field(default=MIB, gt=0)
     read_only: list[str] = []
     """Host paths only this grader sees (read-only), e.g. hidden tests kept outside the case repo."""
@@ -56,7 +61,7 @@ class JudgeConfig(Strict):
     sha256: Hex64 | None = None
     temperature: float = 0.0
     seed: int | None = None
-    timeout_s: float = Field(default=60, gt=0)
+    timeout_s: Seconds = 60
     max_response_bytes: int = Field(default=MIB, gt=0)
     gate: Gate = Gate()
 
@@ -98,7 +103,7 @@ class Config(Strict):
     judges: dict[str, JudgeConfig] = {}
     redaction: RedactionConfig = RedactionConfig()
     candidate_env: CandidateEnv = CandidateEnv()
-    candidate_timeout_s: float = Field(default=1800, gt=0)
+    candidate_timeout_s: Seconds = 1800
     sandbox: SandboxConfig = SandboxConfig()
 
 

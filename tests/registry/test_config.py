@@ -39,3 +39,35 @@ def test_an_invalid_regular_expression_names_file_and_field(tmp_path: Path) -> N
     path = write_config(tmp_path, "[redaction.patterns]\naws = 'AKIA[0-9A-Z{16}'\n")
     with pytest.raises(SpecError, match=rf"^{path}: redaction\.patterns\.aws: .*not a valid regular expression"):
         load_config(path)
+
+
+PIN = "0" * 64
+GRADER = f'[grader_profiles.unit]\npath = "g.py"\nsha256 = "{PIN}"\ngrader_id = "g"\nversion = "1"\n'
+JUDGE = ('[judges.review]\njudge_id = "r"\nversion = "1"\nadapter = "command"\nmodel = "m"\nrubric = "r.md"\n'
+         f'rubric_sha256 = "{PIN}"\n')
+
+
+FINITE = "Input should be a finite number"
+AT_MOST_A_WEEK = "Input should be less than or equal to 604800"
+
+
+@pytest.mark.parametrize(("text", "field", "refusal"), [
+    ("candidate_timeout_s = 1e400\n", "candidate_timeout_s", FINITE),
+    ("candidate_timeout_s = inf\n", "candidate_timeout_s", FINITE),
+    ("candidate_timeout_s = nan\n", "candidate_timeout_s", FINITE),
+    ("candidate_timeout_s = 604801\n", "candidate_timeout_s", AT_MOST_A_WEEK),
+    (GRADER + "timeout_s = 1e400\n", r"grader_profiles\.unit\.timeout_s", FINITE),
+    (GRADER + "timeout_s = 1e12\n", r"grader_profiles\.unit\.timeout_s", AT_MOST_A_WEEK),
+    (JUDGE + "timeout_s = inf\n", r"judges\.review\.timeout_s", FINITE),
+    (JUDGE + "timeout_s = 31536000\n", r"judges\.review\.timeout_s", AT_MOST_A_WEEK),
+])
+def test_a_timeout_that_never_ends_is_refused(tmp_path: Path, text: str, field: str, refusal: str) -> None:
+    """Mistake: an infinite (1e400 overflows to inf), NaN or years-long timeout lets a hung program hold a slot."""
+    path = write_config(tmp_path, text)
+    with pytest.raises(SpecError, match=rf"^{path}: {field}: {refusal}"):
+        load_config(path)
+
+
+def test_a_week_is_the_longest_timeout(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path, f"candidate_timeout_s = 604800\n{GRADER}timeout_s = 0.5\n"))
+    assert config.candidate_timeout_s == 604800 and config.grader_profiles["unit"].timeout_s == 0.5
