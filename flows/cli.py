@@ -115,10 +115,14 @@ def plan_freeze(
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write plan.json.")],
     registry: RegistryOption = None,
     as_json: JsonOption = False,
+    allow_outside: Annotated[bool, typer.Option(
+        "--allow-outside",
+        help="Accept case repos, prompts and predictions files outside the experiment's folder (refused otherwise).",
+    )] = False,
 ) -> None:
     """Validate experiment.toml, pin its inputs in the registry, write plan.json."""
     store = open_registry(registry)
-    plan, data = freeze_experiment(spec, store)
+    plan, data = freeze_experiment(spec, store, allow_outside=allow_outside)
     try:
         output.write_bytes(data)
     except OSError as error:

@@ -15,7 +15,7 @@ from registry._calibration import (
     calibration_record,
     parse_calibration_set,
 )
-from registry._canonical import canonical_json, digest, digest_json, is_digest
+from registry._canonical import canonical_json, digest, digest_json, is_digest, strict_json_loads
 from registry._chain import Finding, Pin
 from registry._config import CandidateEnv, Config, GraderProfile, JudgeConfig, RedactionConfig, find_config, load_config
 from registry._doctor import DoctorReport, check_registry
@@ -151,5 +151,6 @@ __all__ = [
     "policy_hash",
     "release_free_memory",
     "resolve_registry_url",
+    "strict_json_loads",
     "tune_allocators",
 ]

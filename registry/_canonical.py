@@ -4,6 +4,11 @@ Every hash in tribunal is ``sha256:<64 hex>`` over either raw blob bytes or
 the canonical JSON bytes of a value: UTF-8, keys sorted, no insignificant
 whitespace, no NaN or infinity. Canonicalize once, store those bytes, and
 verify against the bytes read back -- never against a re-dump.
+
+Untrusted JSON that decides something (a grader's or judge's ``passed``, a
+candidate's identity report) is read with ``strict_json_loads``: the reading
+must be the only one, so duplicate keys (Python keeps the last, other readers
+the first) and non-finite numbers (which no record can hold) are refused.
 """
 
 from __future__ import annotations
@@ -44,6 +49,43 @@ def canonical_json(value: Any) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError as error:
         raise CanonicalJsonError(f"$: text is not valid Unicode ({error.reason})") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise CanonicalJsonError(f"duplicate object key {key!r}")
+        found[key] = value
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    raise CanonicalJsonError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise CanonicalJsonError(f"{text} overflows to {value}")
+    return value
+
+
+def strict_json_loads(data: bytes | str) -> Any:
+    """Parse JSON that has exactly one reading: UTF-8, no duplicate keys, no NaN or infinity.
+
+    Raises ``CanonicalJsonError`` for an ambiguous document and
+    ``json.JSONDecodeError`` / ``UnicodeDecodeError`` for one that is not JSON
+    (nesting too deep for the parser included: a megabyte of ``[`` must not
+    crash the caller); all are ``ValueError``. The messages may quote the
+    input: callers that record them must not pass untrusted text on.
+    """
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant,
+                          parse_float=_finite_float)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
 
 
 def digest(data: bytes) -> str:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from re import _parser  # type: ignore[attr-defined]  # no typeshed stub for the private parser
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from registry._calibration import Gate
 from registry._errors import SpecError
@@ -23,6 +24,11 @@ from registry._sandbox import SandboxConfig
 
 DEFAULT_CONFIG_NAME = "tribunal.toml"
 MIB = 1024 * 1024
+WEEK_S = 7 * 24 * 3600
+
+Seconds = Annotated[float, Field(gt=0, le=WEEK_S, allow_inf_nan=False)]
+"""A timeout: positive, finite and at most a week. TOML reads ``1e400`` as infinity and
+accepts ``inf`` and ``nan``; any of them (or years) would let a hung program hold its slot forever."""
 
 
 class GraderProfile(Strict):
@@ -32,7 +38,7 @@ class GraderProfile(Strict):
     sha256: Hex64
     grader_id: str
     version: str
-    timeout_s: float = Field(default=120, gt=0)
+    timeout_s: Seconds = 120
     max_output_bytes: int = Field(default=MIB, gt=0)
     read_only: list[str] = []
     """Host paths only this grader sees (read-only), e.g. hidden tests kept outside the case repo."""
@@ -55,25 +61,33 @@ class JudgeConfig(Strict):
     sha256: Hex64 | None = None
     temperature: float = 0.0
     seed: int | None = None
-    timeout_s: float = Field(default=60, gt=0)
+    timeout_s: Seconds = 60
     max_response_bytes: int = Field(default=MIB, gt=0)
     gate: Gate = Gate()
 
 
+def _secret_pattern(pattern: str) -> str:
+    """A regular expression that compiles and cannot match the empty string.
+
+    A pattern that can match zero characters (``""``, ``a*``, ``\\b``, a
+    lookahead) matches between characters: scrubbing would fill every transcript with
+    placeholders and the re-scan would stop every attempt. Only the parser's
+    minimum width answers this for every pattern; the ``re`` module has no
+    public way to ask, hence ``re._parser`` (there since Python 3.11).
+    """
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        raise ValueError(f"not a valid regular expression ({error})") from None
+    if _parser.parse(pattern).getwidth()[0] == 0:
+        raise ValueError("the pattern can match the empty string; a secret pattern must match at least one character")
+    return pattern
+
+
 class RedactionConfig(Strict):
-    """Named secret patterns (Python regular expressions)."""
+    """Named secret patterns (Python regular expressions), each needing at least one character to match."""
 
-    patterns: dict[str, str] = {}
-
-    @field_validator("patterns")
-    @classmethod
-    def _patterns_compile(cls, patterns: dict[str, str]) -> dict[str, str]:
-        for name, pattern in patterns.items():
-            try:
-                re.compile(pattern)
-            except re.error as error:
-                raise ValueError(f"pattern {name!r} is not a valid regular expression ({error})") from None
-        return patterns
+    patterns: dict[str, Annotated[str, AfterValidator(_secret_pattern)]] = {}
 
 
 class CandidateEnv(Strict):
@@ -89,16 +103,18 @@ class Config(Strict):
     judges: dict[str, JudgeConfig] = {}
     redaction: RedactionConfig = RedactionConfig()
     candidate_env: CandidateEnv = CandidateEnv()
-    candidate_timeout_s: float = Field(default=1800, gt=0)
+    candidate_timeout_s: Seconds = 1800
     sandbox: SandboxConfig = SandboxConfig()
 
 
-def _resolve(base: Path, value: object) -> object:
-    return str((base / value).resolve()) if isinstance(value, str) and value else value
-
-
 def _absolute(base: Path, value: object) -> object:
-    """A host path for a sandbox mount, made absolute without following links (the mount follows them)."""
+    """A path made absolute against the config's folder without following links.
+
+    Grader, judge and rubric files are checked for being links when they are
+    used (a link lets the bytes behind a pinned name change); resolving them
+    here would hide the link from that check. Sandbox mounts follow links
+    themselves.
+    """
     return os.path.normpath(base / value) if isinstance(value, str) and value else value
 
 
@@ -120,7 +136,7 @@ def load_config(path: Path) -> Config:
     for section, key in (("grader_profiles", "path"), ("judges", "rubric"), ("judges", "path")):
         for entry in (data.get(section) or {}).values():
             if isinstance(entry, dict) and key in entry:
-                entry[key] = _resolve(base, entry[key])
+                entry[key] = _absolute(base, entry[key])
     for owner, key in [(data.get("sandbox"), "read_only"), (data.get("sandbox"), "read_write")] + [
         (profile, "read_only") for profile in (data.get("grader_profiles") or {}).values()
     ]:

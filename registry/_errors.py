@@ -37,7 +37,7 @@ class SpecError(UsageError):
 
 
 class CanonicalJsonError(TribunalError, ValueError):
-    """A value cannot be written as canonical JSON (NaN, infinity, non-string keys)."""
+    """A value cannot be written as canonical JSON (NaN, infinity, non-string keys), or read as one (duplicate keys)."""
 
 
 class PlanDrift(TribunalError):

@@ -5,6 +5,11 @@ file and the field it concerns; then case repositories, prompts and
 predictions files go into the object store, and the plan itself is stored
 and appended to the manifest (txn ``plan:<plan_hash>``, so freezing the same
 spec twice records it once).
+
+Those inputs must lie inside the experiment's folder once ``..`` and links
+are followed: a spec naming ``/etc`` or ``../../proc/self`` would copy host
+files into a store that others read. Reading from elsewhere is possible, but
+only as a deliberate choice (``allow_outside``, ``--allow-outside``).
 """
 
 from __future__ import annotations
@@ -22,12 +27,24 @@ from registry._registry import Registry
 UNSET_HASH = "sha256:" + "0" * 64
 
 
-def _inputs(spec_path: Path, spec: ExperimentSpec) -> dict[str, Path]:
-    """Resolve and check every path the spec names; keys are field locations."""
+def _located(spec_path: Path, field: str, value: str, allow_outside: bool) -> Path:
+    """The path a spec field names, resolved against the spec's folder; refused if it leads outside it."""
     base = spec_path.resolve().parent
+    path = (base / value).resolve()
+    if not allow_outside and not path.is_relative_to(base):
+        raise SpecError(
+            f"{spec_path}: {field}: {value!r} is outside the experiment directory {base} "
+            "(pass --allow-outside to freeze it anyway)"
+        )
+    return path
+
+
+def _inputs(spec_path: Path, spec: ExperimentSpec, allow_outside: bool) -> dict[str, Path]:
+    """Resolve and check every path the spec names; keys are field locations."""
     found: dict[str, Path] = {}
     for i, case in enumerate(spec.case):
-        repo, prompt = base / case.repo, base / case.prompt
+        repo = _located(spec_path, f"case[{i}].repo", case.repo, allow_outside)
+        prompt = _located(spec_path, f"case[{i}].prompt", case.prompt, allow_outside)
         if not repo.is_dir():
             raise SpecError(f"{spec_path}: case[{i}].repo: directory {case.repo!r} not found")
         if not prompt.is_file():
@@ -35,7 +52,7 @@ def _inputs(spec_path: Path, spec: ExperimentSpec) -> dict[str, Path]:
         found[f"case[{i}].repo"], found[f"case[{i}].prompt"] = repo, prompt
     for i, candidate in enumerate(spec.candidate):
         if candidate.predictions is not None:
-            predictions = base / candidate.predictions
+            predictions = _located(spec_path, f"candidate[{i}].predictions", candidate.predictions, allow_outside)
             if not predictions.is_file():
                 raise SpecError(
                     f"{spec_path}: candidate[{i}].predictions: file {candidate.predictions!r} not found"
@@ -45,10 +62,13 @@ def _inputs(spec_path: Path, spec: ExperimentSpec) -> dict[str, Path]:
     return found
 
 
-def freeze_experiment(spec_path: Path, registry: Registry) -> tuple[Plan, bytes]:
-    """Validate, pin and store an experiment; return the plan and its canonical bytes."""
+def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: bool = False) -> tuple[Plan, bytes]:
+    """Validate, pin and store an experiment; return the plan and its canonical bytes.
+
+    ``allow_outside`` accepts repos, prompts and predictions outside the experiment's folder.
+    """
     spec = load_spec(spec_path, read_toml(spec_path))
-    paths = _inputs(spec_path, spec)
+    paths = _inputs(spec_path, spec, allow_outside)
     cases = [
         {
             "id": case.id,

@@ -72,13 +72,17 @@ def validate_as(model: type[M], data: Any, source: str) -> M:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """Read a TOML file, turning I/O and syntax errors into SpecError."""
+    """Read a TOML file, turning I/O, encoding and syntax errors into SpecError."""
     try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SpecError(f"{path}: file not found") from None
     except IsADirectoryError:
         raise SpecError(f"{path}: is a directory, not a TOML file") from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise SpecError(f"{path}: line {line}: not UTF-8 text (byte 0x{data[error.start]:02x})") from None
     except tomllib.TOMLDecodeError as error:
         raise SpecError(f"{path}: not valid TOML ({error})") from None

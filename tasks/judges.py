@@ -14,7 +14,6 @@ a changed adapter is visible in the record.
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import tempfile
 import time
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from registry import JudgeConfig, JudgeFailure, JudgePolicy, SandboxConfig, digest
+from registry import JudgeConfig, JudgeFailure, JudgePolicy, SandboxConfig, digest, strict_json_loads
 from tasks.blinding import chat_request, judge_input
 from tasks.execution.boundary import RefusalKind, file_sha256, read_verdict, run_pinned
 from tasks.execution.sandbox import Exposure, Sandbox
@@ -125,11 +124,11 @@ def _read_capped(response: Any, cap: int, deadline: float) -> tuple[bytes, Judge
 
 
 def _chat_verdict(body: bytes, model: str) -> tuple[bool, JudgeFailure | None]:
-    """Read ``passed`` from a chat completion; the reply must name the pinned model."""
+    """Read ``passed`` from a chat completion; the reply must name the pinned model, both read strictly."""
     try:
-        reply = json.loads(body)
+        reply = strict_json_loads(body)
         content = reply["choices"][0]["message"]["content"]
-        answer = json.loads(content) if isinstance(content, str) else None
+        answer = strict_json_loads(content) if isinstance(content, str) else None
     except (ValueError, KeyError, IndexError, TypeError):
         return False, "malformed"
     if not isinstance(reply, dict) or reply.get("model") != model:

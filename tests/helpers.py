@@ -16,13 +16,19 @@ DEMO = REPO / "examples" / "demo"
 
 def tribunal(*args: str, cwd: Path | None = None,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real console entry point in a child process, as a user would."""
+    """Run the real console entry point in a child process, as a user would.
+
+    The child imports this checkout (``PYTHONPATH``), not whatever an editable
+    install of the virtualenv points at: a git worktree must test its own code.
+    """
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), child_env.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-c", "from flows.cli import main; main()", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
-        env=env,
+        env=child_env,
         timeout=600,
         check=False,
     )

@@ -6,15 +6,14 @@ private copy of the very bytes that were hashed, shown to the program at
 ``/tribunal/<name>`` inside its sandbox (no network, nothing of the host but
 the allow-list). ``.py`` files are run by the interpreter running tribunal
 (argv ``[python, path]``), anything else directly. Its answer must be exit 0 and one JSON object with a boolean
-``passed``. Every refusal has a *kind* (recorded by judges) and a message
-that names the class of failure, never the program's own output, so a
-program cannot smuggle text into receipts or CLI errors.
+``passed``, read strictly (no duplicate keys, no NaN or infinity: one reading only). Every refusal has a
+*kind* (recorded by judges) and a message that names the class of failure, never the program's own output,
+so a program cannot smuggle text into receipts or CLI errors.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import sys
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from registry import CanonicalJsonError, strict_json_loads
 from tasks.execution.confine import run_confined
 from tasks.execution.process import ProcessOutcome
 from tasks.execution.sandbox import Sandbox
@@ -97,7 +97,7 @@ def run_pinned(path: Path, sha256: str, what: str, sandbox: Sandbox, *, workspac
 
 
 def read_verdict(outcome: ProcessOutcome, timeout_s: float, what: str, cap_name: str) -> tuple[bool, Refusal | None]:
-    """Apply the output contract: exit 0, one JSON object, a boolean ``passed``."""
+    """Apply the output contract: exit 0, one unambiguous JSON object, a boolean ``passed``."""
     if outcome.spawn_error is not None:
         return False, Refusal("unavailable", f"{what} could not be started")
     if outcome.timed_out:
@@ -107,8 +107,10 @@ def read_verdict(outcome: ProcessOutcome, timeout_s: float, what: str, cap_name:
     if outcome.exit_code != 0:
         return False, Refusal("exit-status", f"{what} exited with code {outcome.exit_code}")
     try:
-        answer = json.loads(outcome.stdout)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        answer = strict_json_loads(outcome.stdout)
+    except CanonicalJsonError:
+        return False, Refusal("malformed", f"{what} output is ambiguous JSON (a duplicate key or a non-finite number)")
+    except ValueError:
         return False, Refusal("malformed", f"{what} output is not JSON")
     if not isinstance(answer, dict):
         return False, Refusal("malformed", f"{what} output is not a JSON object")

@@ -13,14 +13,22 @@ here is still unredacted and lives only in memory until ``retain`` scrubs it.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry import AttemptContract, Config, ObservedIdentity, Plan, PlanCandidate, Registry, TerminalEvidence
+from registry import (
+    AttemptContract,
+    Config,
+    ObservedIdentity,
+    Plan,
+    PlanCandidate,
+    Registry,
+    TerminalEvidence,
+    strict_json_loads,
+)
 from registry._predictions import parse_predictions
 from tasks.execution.confine import Confined, run_confined
 from tasks.execution.process import ProcessOutcome, utc_timestamp
@@ -87,7 +95,7 @@ def _read_report(path: Path) -> tuple[ObservedIdentity, list[str], float | None,
     try:
         if len(data) > REPORT_CAP:
             raise ValueError
-        report = json.loads(data)
+        report = strict_json_loads(data)
         if not isinstance(report, dict):
             raise ValueError
         session = report.get("session_id")

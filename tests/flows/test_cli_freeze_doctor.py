@@ -84,7 +84,12 @@ BAD_SPECS = [
     ("command without argv",
      lambda s: edit(s, 'command = ["python3", "{experiment_dir}/agents/fixer.py"]', "command = []"),
      r"candidate\[0\]: Value error, a 'command' candidate needs a non-empty command"),
+    ("repo outside", lambda s: edit(s, 'repo = "cases/off-by-one/repo"', 'repo = "../../../../../../../proc/self"'),
+     r"case\[0\]\.repo: '\.\./.*/proc/self' is outside the experiment directory .*--allow-outside"),
+    ("repo is /etc", lambda s: edit(s, 'repo = "cases/off-by-one/repo"', 'repo = "/etc"'),
+     r"case\[0\]\.repo: '/etc' is outside the experiment directory"),
     ("not toml", lambda s: s.write_text("experiment = [unclosed"), r"not valid TOML"),
+    ("not utf-8", lambda s: s.write_bytes(b'experiment = "d\xe9mo"\n'), r"line 1: not UTF-8 text \(byte 0xe9\)"),
     ("no cases",
      lambda s: s.write_text('experiment = "x"\n[[candidate]]\nid="a"\nkind="command"\ncommand=["x"]\nprovider="p"\n'
                             'model="m"\n'),
@@ -104,6 +109,20 @@ def test_bad_specs_are_refused_with_file_and_field(tmp_path: Path, label: str, d
     assert re.search(message, result.stderr), result.stderr
     assert not (tmp_path / "plan.json").exists()
     assert not (tmp_path / "reg" / "log").exists()
+
+
+def test_allow_outside_freezes_a_repo_outside_the_experiment(tmp_path: Path) -> None:
+    """Mistake stopped: reading inputs from outside the experiment only happens when asked for by name."""
+    spec = copy_demo(tmp_path / "exp")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "exp" / "cases" / "slugify" / "repo").rename(tmp_path / "shared" / "slugify")
+    edit(spec, 'repo = "cases/slugify/repo"', 'repo = "../shared/slugify"')
+    args = ["plan", "freeze", str(spec), "-o", str(tmp_path / "plan.json"), "--registry", str(tmp_path / "reg")]
+    refused = tribunal(*args)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "case[1].repo: '../shared/slugify' is outside the experiment directory" in refused.stderr
+    allowed = tribunal(*args, "--allow-outside")
+    assert allowed.returncode == 0, allowed.stderr
 
 
 def test_missing_spec_file(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from registry import CanonicalJsonError, canonical_json, digest, digest_json, is_digest
+from registry import CanonicalJsonError, canonical_json, digest, digest_json, is_digest, strict_json_loads
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
 json_values = st.recursive(
@@ -73,3 +73,37 @@ def test_known_encoding_and_digest() -> None:
     assert digest(b"") == "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     assert is_digest(digest_json([1]))
     assert not is_digest("sha256:XYZ")
+
+
+@pytest.mark.parametrize("text", [
+    '{"passed": false, "passed": true}',
+    '{"a": {"k": 1, "k": 2}}',
+    '{"passed": true, "score": NaN}',
+    '{"passed": true, "score": Infinity}',
+    '{"passed": true, "score": -Infinity}',
+    '{"passed": true, "score": 1e999}',
+    '[-1e999]',
+])
+def test_strict_loading_refuses_ambiguous_json(text: str) -> None:
+    """Attack: duplicate keys (readers disagree on which wins) or non-finite numbers smuggled into a decision."""
+    with pytest.raises(CanonicalJsonError):
+        strict_json_loads(text)
+    with pytest.raises(CanonicalJsonError):
+        strict_json_loads(text.encode())
+
+
+def test_strict_loading_refuses_bytes_that_are_not_utf8() -> None:
+    """Attack: UTF-16 or Latin-1 output that a lenient reader would guess its way through."""
+    with pytest.raises(ValueError, match="utf-8"):
+        strict_json_loads('{"passed": true}'.encode("utf-16"))
+
+
+def test_strict_loading_refuses_nesting_too_deep_to_parse() -> None:
+    """Attack: a megabyte of '[' that would crash the reader with a RecursionError instead of a refusal."""
+    with pytest.raises(json.JSONDecodeError, match="nested too deeply"):
+        strict_json_loads("[" * 100_000)
+
+
+@given(json_values)
+def test_strict_loading_reads_what_canonical_json_writes(value: object) -> None:
+    assert strict_json_loads(canonical_json(value)) == value

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,58 @@ def test_a_plan_with_an_extra_field_is_refused(tmp_path: Path) -> None:
     target.write_text(json.dumps(body))
     with pytest.raises(SpecError, match="note: unknown key"):
         load_plan(target)
+
+
+def edit(spec: Path, old: str, new: str) -> None:
+    text = spec.read_text()
+    assert old in text
+    spec.write_text(text.replace(old, new, 1))
+
+
+ESCAPES = [
+    ("case[0].repo", 'repo = "cases/off-by-one/repo"', 'repo = "../../../../../../../../proc/self"'),
+    ("case[0].repo", 'repo = "cases/off-by-one/repo"', 'repo = "/etc"'),
+    ("case[1].repo", 'repo = "cases/slugify/repo"', 'repo = "cases/escape"'),
+    ("case[1].prompt", 'prompt = "cases/slugify/prompt.md"', 'prompt = "/etc/hostname"'),
+    ("candidate[4].predictions", 'predictions = "preds.jsonl"', 'predictions = "../outside.jsonl"'),
+]
+
+
+@pytest.mark.parametrize(("field", "old", "new"), ESCAPES)
+def test_inputs_outside_the_experiment_directory_are_refused(tmp_path: Path, field: str, old: str, new: str) -> None:
+    """Attack: an experiment.toml that archives /proc, /etc or a sibling's files into the store (and the plan)."""
+    spec = copy_demo(tmp_path / "exp")
+    (tmp_path / "exp" / "cases" / "escape").symlink_to("/etc")
+    (tmp_path / "outside.jsonl").write_text("")
+    edit(spec, old, new)
+    with pytest.raises(SpecError, match=rf"^{spec}: {re.escape(field)}: .* is outside the experiment directory"):
+        freeze_experiment(spec, Registry.open(str(tmp_path / "reg")))
+    assert not (tmp_path / "reg" / "log").exists()
+
+
+def test_allow_outside_is_a_deliberate_choice(tmp_path: Path) -> None:
+    spec = copy_demo(tmp_path / "exp")
+    shutil.copytree(tmp_path / "exp" / "cases" / "slugify" / "repo", tmp_path / "shared-repo")
+    edit(spec, 'repo = "cases/slugify/repo"', 'repo = "../shared-repo"')
+    plan, _ = freeze_experiment(spec, Registry.open(str(tmp_path / "reg")), allow_outside=True)
+    inside, _ = freeze_experiment(copy_demo(tmp_path / "exp2"), Registry.open(str(tmp_path / "reg")))
+    assert plan.cases[1].snapshot_digest == inside.cases[1].snapshot_digest
+
+
+PATCH_A = '{"instance_id": "slugify", "model_name_or_path": "swe-agent-x", "model_patch": "diff A"}'
+PATCH_B = '{"instance_id": "slugify", "model_name_or_path": "swe-agent-x", "model_patch": "diff B"}'
+
+
+@pytest.mark.parametrize(("content", "where"), [
+    (f"{PATCH_A}\n\n{PATCH_B}\n", r"line 3: duplicate instance_id 'slugify' \(first at line 1\)"),
+    (f"[{PATCH_A}, {PATCH_B}]", r"record 2: duplicate instance_id 'slugify' \(first at record 1\)"),
+    ('{"instance_id": "slugify", "model_patch": "diff A", "model_patch": "diff B"}\n',
+     r"line 1: .*duplicate object key 'model_patch'"),
+])
+def test_an_ambiguous_predictions_file_is_refused_at_freeze(tmp_path: Path, content: str, where: str) -> None:
+    """Attack: two predictions for one case (or two patches in one record): the last one silently won."""
+    spec = copy_demo(tmp_path / "exp")
+    (tmp_path / "exp" / "preds.jsonl").write_text(content)
+    with pytest.raises(SpecError, match=rf"^{spec}: candidate\[4\]\.predictions: {where}"):
+        freeze_experiment(spec, Registry.open(str(tmp_path / "reg")))
+    assert not (tmp_path / "reg" / "log").exists()

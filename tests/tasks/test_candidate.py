@@ -128,6 +128,17 @@ def test_an_unreadable_identity_report_invalidates_the_harness(tmp_path: Path) -
     assert not result.harness_valid and result.reason == "identity report unreadable"
 
 
+@pytest.mark.parametrize("report", [
+    '{"model": "other-model", "model": "model-1"}',
+    '{"model": "model-1", "cost_usd": NaN}',
+    '{"model": "model-1", "cost_usd": 1e999}',
+])
+def test_an_ambiguous_identity_report_invalidates_the_harness(tmp_path: Path, report: str) -> None:
+    """Attack: a report that names another model first (readers disagree) or a cost no record can hold."""
+    result = run(tmp_path, f"open(os.environ['TRIBUNAL_REPORT_FILE'], 'w').write({report!r})\n")
+    assert not result.harness_valid and result.reason == "identity report unreadable"
+
+
 PATCH = "diff --git a/app.py b/app.py\n--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n-VALUE = 1\n+VALUE = 2\n"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -11,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from registry import GraderProfile, canonical_json, digest
-from tasks.grading import Grading
+from registry import GraderProfile, canonical_json, digest, load_config
+from tasks.execution.workbench import Workbench
+from tasks.grading import Grading, grade
 from tasks.sealing import receipt_seal_holds
 from tests.helpers import processes_with
+from tests.tasks.conftest import ATTEMPT, grader_input
 
 PASS = 'import json, sys; sys.stdin.read(); print(json.dumps({"passed": True, "note": "ok"}))\n'
 PATCH = """diff --git a/value.txt b/value.txt
@@ -71,6 +74,24 @@ def test_a_symlinked_grader_is_refused(make_profile: MakeProfile, run_grade: Run
     link.symlink_to(real.path)
     grading = run_grade(real.model_copy(update={"path": str(link)}))
     assert_failed_closed(grading, "symlink")
+
+
+def test_a_grader_configured_through_a_symlink_is_refused_at_grading(
+        tmp_path: Path, snapshot: bytes, bench: Workbench) -> None:
+    """Attack: tribunal.toml names a link; resolving it at config load would hide the link from the boundary."""
+    folder = tmp_path / "conf"
+    (folder / "graders").mkdir(parents=True)
+    real = folder / "graders" / "real.py"
+    real.write_text(PASS)
+    (folder / "graders" / "link.py").symlink_to(real)
+    (folder / "tribunal.toml").write_text(
+        '[grader_profiles.checks]\npath = "graders/link.py"\n'
+        f'sha256 = "{hashlib.sha256(real.read_bytes()).hexdigest()}"\ngrader_id = "checker"\nversion = "1"\n'
+    )
+    config = load_config(folder / "tribunal.toml")
+    grading = grade(attempt_id=ATTEMPT, profile_name="checks", config=config, grader_input=grader_input(snapshot),
+                    snapshot=lambda: snapshot, patch=b"", bench=bench)
+    assert_failed_closed(grading, "grader file is a symlink")
 
 
 def test_a_grader_whose_bytes_differ_from_the_pin_does_not_run(make_profile: MakeProfile, run_grade: RunGrade,
@@ -194,6 +215,7 @@ def test_output_over_the_cap_fails_closed(make_profile: MakeProfile, run_grade: 
         ("PASSED", "not JSON"),
         ('{"verdict": true}', "no 'passed'"),
         ("", "not JSON"),
+        ("[" * 100_000, "not JSON"),
     ],
 )
 def test_anything_but_a_boolean_passed_fails_closed(make_profile: MakeProfile, run_grade: RunGrade, stdout: str,
@@ -201,6 +223,18 @@ def test_anything_but_a_boolean_passed_fails_closed(make_profile: MakeProfile, r
     """Attack: truthy look-alikes ("true", 1) or prose must never count as a pass."""
     grading = run_grade(make_profile(f"import sys\nsys.stdin.read()\nsys.stdout.write({stdout!r})\n"))
     assert_failed_closed(grading, failure)
+
+
+@pytest.mark.parametrize("stdout", [
+    '{"passed": false, "passed": true}',
+    '{"passed": true, "tests_failed": NaN}',
+    '{"passed": true, "tests_failed": Infinity}',
+    '{"passed": true, "tests_failed": 1e999}',
+])
+def test_ambiguous_json_output_fails_closed(make_profile: MakeProfile, run_grade: RunGrade, stdout: str) -> None:
+    """Attack: a duplicate 'passed' (last one wins in Python) or a non-finite number read as a pass."""
+    grading = run_grade(make_profile(f"import sys\nsys.stdin.read()\nsys.stdout.write({stdout!r})\n"))
+    assert_failed_closed(grading, "grader output is ambiguous JSON")
 
 
 def test_a_non_zero_exit_fails_closed_even_with_passed_true(make_profile: MakeProfile, run_grade: RunGrade) -> None:

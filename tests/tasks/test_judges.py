@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from registry import JudgeConfig, candidate_truth, judge_policy, policy_hash
+from registry import JudgeConfig, candidate_truth, judge_policy, load_config, policy_hash
 from registry import blinded_candidate as blind
 from tasks.attempts import scoring_id
 from tasks.execution.workbench import Workbench
@@ -69,6 +69,12 @@ def test_a_passing_and_a_failing_verdict(chat_judge: JudgeConfig, server: JudgeS
     (Script(body=json.dumps({"model": "judge-7b", "choices": [{"message": {"content": "{}"}}]}).encode()),
      "no-verdict"),
     (Script(model="other-model"), "model-mismatch"),
+    (Script(body=json.dumps({"model": "judge-7b", "choices": [
+        {"message": {"content": '{"passed": false, "passed": true}'}}]}).encode()), "malformed"),
+    (Script(body=b'{"model": "other-model", "model": "judge-7b", "choices": [{"message": {"content": '
+                 b'"{\\"passed\\": true}"}}]}'), "malformed"),
+    (Script(body=json.dumps({"model": "judge-7b", "choices": [
+        {"message": {"content": '{"passed": true, "score": 1e999}'}}]}).encode()), "malformed"),
     (Script(extra_bytes=10000), "oversized"),
     (Script(delay_s=3), "timeout"),
     (Script(status=302, body=b""), "http-status"),
@@ -113,6 +119,8 @@ def test_a_command_judge_reads_exactly_the_judge_input(tmp_path: Path, bench: Wo
     ("import sys\nsys.exit(3)\n", "exit-status"),
     ("print('not json')\n", "malformed"),
     ("print('{\"passed\": 1}')\n", "no-verdict"),
+    ("print('{\"passed\": false, \"passed\": true}')\n", "malformed"),
+    ("print('{\"passed\": true, \"confidence\": NaN}')\n", "malformed"),
     ("import time\ntime.sleep(30)\n", "timeout"),
     ("print('x' * 5000)\n", "oversized"),
 ])
@@ -126,6 +134,21 @@ def test_a_command_judge_is_pinned_to_its_bytes(tmp_path: Path, bench: Workbench
     """Attack: swapping the judge file after it was pinned."""
     config = command_judge(tmp_path, "print('{\"passed\": true}')\n")
     Path(config.path or "").write_text("print('{\"passed\": true}')  # swapped\n")
+    assert ask(config, bench) == (False, "judge-unavailable")
+
+
+def test_a_command_judge_configured_through_a_symlink_is_unavailable(tmp_path: Path, bench: Workbench) -> None:
+    """Attack: tribunal.toml names a link, so the bytes behind the pinned name can change without the name."""
+    (tmp_path / "judge.py").write_text("print('{\"passed\": true}')\n")
+    (tmp_path / "link.py").symlink_to(tmp_path / "judge.py")
+    (tmp_path / "rubric.md").write_text("rubric\n")
+    rubric_sha = hashlib.sha256((tmp_path / "rubric.md").read_bytes()).hexdigest()
+    (tmp_path / "tribunal.toml").write_text(
+        '[judges.local]\njudge_id = "local"\nversion = "1"\nadapter = "command"\nmodel = "rules-1"\n'
+        f'rubric = "rubric.md"\nrubric_sha256 = "{rubric_sha}"\npath = "link.py"\n'
+        f'sha256 = "{hashlib.sha256((tmp_path / "judge.py").read_bytes()).hexdigest()}"\ntimeout_s = 20\n'
+    )
+    config = load_config(tmp_path / "tribunal.toml").judges["local"]
     assert ask(config, bench) == (False, "judge-unavailable")
 
 
