@@ -8,7 +8,9 @@ as pyiceberg runs its catalog tests over several backends.
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,3 +76,23 @@ def bench() -> Iterator[Workbench]:
     """A workbench (scratch directory and two program slots) for calling tasks directly."""
     with workbench(2) as made:
         yield made
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[bytes]]]:
+    """A service on the host's loopback (as a Prefect API is) that records the first bytes of every connection."""
+    server = socket.create_server(("127.0.0.1", 0))
+    reached: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            reached.append(connection.recv(64))
+            connection.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1], reached
+    server.close()

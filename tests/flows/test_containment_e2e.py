@@ -11,17 +11,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from hashlib import sha256
 from pathlib import Path
-
-import pytest
 
 from registry import CandidateResult, Registry, Role, TerminalEvidence, load_plan
 from tasks.attempts import attempt_states
@@ -128,26 +124,6 @@ for case in plan['cases']:
                 mapped = candidate['id']
 print(json.dumps({'passed': True, 'mapped': mapped}))
 """
-
-
-@pytest.fixture
-def listener() -> Iterator[tuple[int, list[bytes]]]:
-    """A service on the host's loopback (as the Prefect API is) that records who reached it."""
-    server = socket.create_server(("127.0.0.1", 0))
-    reached: list[bytes] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                connection, _ = server.accept()
-            except OSError:
-                return
-            reached.append(connection.recv(64))
-            connection.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield server.getsockname()[1], reached
-    server.close()
 
 
 def _agent(folder: Path, name: str, source: str, **constants: object) -> None:

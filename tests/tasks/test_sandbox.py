@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
-import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,26 +83,6 @@ def test_a_setsid_daemon_dies_with_the_sandbox(folders: tuple[Path, Path]) -> No
     confined = run(folders, code)
     assert confined.outcome.exit_code == 0 and not confined.escaped
     assert processes_with(marker) == []
-
-
-@pytest.fixture
-def listener() -> Iterator[tuple[int, list[bytes]]]:
-    """A loopback server that records every connection it accepts."""
-    server = socket.create_server(("127.0.0.1", 0))
-    accepted: list[bytes] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                connection, _ = server.accept()
-            except OSError:
-                return
-            accepted.append(connection.recv(64))
-            connection.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield server.getsockname()[1], accepted
-    server.close()
 
 
 def _connect(port: int) -> str:
