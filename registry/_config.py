@@ -61,9 +61,11 @@ class JudgeConfig(Strict):
 
 
 class RedactionConfig(Strict):
-    """Named secret patterns (Python regular expressions)."""
+    """Named secret patterns (Python regular expressions), and whether unscannable binaries may pass."""
 
     patterns: dict[str, str] = {}
+    allow_opaque_binary: bool = False
+    """Let a compressed archive (zip, gzip, xz, bz2, 7z, zstd) in a patch through unscanned; off: it is refused."""
 
     @field_validator("patterns")
     @classmethod
