@@ -16,6 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from registry import (
+    AttemptRef,
     AttemptSummary,
     ExperimentRecord,
     NewEntry,
@@ -28,9 +29,10 @@ from registry import (
     is_digest,
     release_free_memory,
 )
-from tasks.attempts import attempt_states, summarize
+from tasks.attempts import attempt_states, refused_attempts, summarize
 from tasks.gates import calibration_status, judge_key
 from tasks.taxonomy import count_primary
+from tasks.verdict import REDACTION_REFUSED
 
 LAYER = "normalized-result.v1"
 SUMMARY_CHUNK = 100
@@ -106,8 +108,9 @@ def _rates(attempts: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]
         tally = tallies[item[key]]
         tally["attempts"] += 1
         tally["resolved"] += item["resolved"]
-        tally["unisolated"] += not item["isolated"]
-        tally["graders"].add(f"{item['grader_id']}@{item['grader_version']}")
+        if item["terminal_class"] != REDACTION_REFUSED:  # no grader ran, nothing to isolate
+            tally["unisolated"] += not item["isolated"]
+            tally["graders"].add(f"{item['grader_id']}@{item['grader_version']}")
     return {
         name: {**t, "graders": sorted(t["graders"]), "pass_rate": round(t["resolved"] / t["attempts"], 4)}
         for name, t in tallies.items()
@@ -124,14 +127,19 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
     if summaries is None:
         summaries = current_summaries(registry, plan, grader_version)
     cases = {case.id: case for case in plan.cases}
+    refused = refused_attempts(registry, plan)
     attempts: list[dict[str, Any]] = []
     pending = 0
     for ref in plan.attempt_refs():
         summary = summaries.get(ref.attempt_id)
+        case = cases[ref.case_id]
+        if summary is None and ref.attempt_id in refused:
+            attempts.append(_refused_line(ref, refused[ref.attempt_id],
+                                          cohort_key(case.id, case.snapshot_digest, case.prompt_hash, layer)))
+            continue
         if summary is None:
             pending += 1
             continue
-        case = cases[ref.case_id]
         attempts.append({
             "attempt_id": ref.attempt_id, "case_id": ref.case_id, "candidate_id": ref.candidate_id,
             "index": ref.index, "terminal_class": summary.terminal_class, "resolved": summary.resolved,
@@ -148,7 +156,8 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
         for case_id, attempts_of in _group(attempts, "case_id").items()
     ]
     by_candidate = _rates(attempts, "candidate_id")
-    graders = sorted({f"{a['grader_id']}@{a['grader_version']}" for a in attempts})
+    graders = sorted({f"{a['grader_id']}@{a['grader_version']}" for a in attempts
+                      if a["terminal_class"] != REDACTION_REFUSED})
     policies: dict[str, set[str]] = defaultdict(set)
     for a in attempts:
         if "judge" in a:
@@ -165,12 +174,24 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
         "attempts": attempts, "cohorts": cohorts,
         "summary": {"candidates": {c.id: by_candidate.get(c.id) for c in plan.candidates},
                     "attempts": len(attempts), "resolved": sum(a["resolved"] for a in attempts),
-                    "unisolated": sum(not a["isolated"] for a in attempts),
+                    "unisolated": sum(not a["isolated"] for a in attempts
+                                      if a["terminal_class"] != REDACTION_REFUSED),
+                    "redaction_refused": len(refused),
                     "not_graded": pending,
                     "taxonomy": count_primary([a["failure_labels"] for a in attempts] + [["M"]] * pending)},
     }
     report_digest = _append_derived(registry, plan, Role.REPORT, canonical_json(body), f"report:{digest_json(body)}")
     return {**body, "report_digest": report_digest}
+
+
+def _refused_line(ref: AttemptRef, reason: str, cohort: str) -> dict[str, Any]:
+    """A refused attempt as a report lists it: counted, unresolved, unmeasured (taxonomy M), never graded."""
+    return {
+        "attempt_id": ref.attempt_id, "case_id": ref.case_id, "candidate_id": ref.candidate_id, "index": ref.index,
+        "terminal_class": REDACTION_REFUSED, "resolved": False, "refusal": reason, "grader_id": "none",
+        "grader_version": "unavailable", "generation": 0, "receipt": None, "failure_labels": ["M"],
+        "isolated": False, "cohort_key": cohort,
+    }
 
 
 def rates_by_grader_version(registry: Registry, plan: Plan) -> dict[str, dict[str, float]]:
