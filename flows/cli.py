@@ -180,9 +180,11 @@ def run(
     dask_address: Annotated[str | None, typer.Option("--dask-address", help="tcp://host:8786 of a Dask scheduler; "
                                                      "default: a LocalCluster.")] = None,
     dask_workers: Annotated[int, typer.Option("--dask-workers", min=1, help="LocalCluster worker processes.")] = 2,
+    retry_refused: Annotated[bool, typer.Option("--retry-refused", help="Run attempts that redaction refused "
+                                                "again, each as a new recorded try.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Run the evaluate flow over every attempt of the plan (resumes where it stopped)."""
+    """Run the evaluate flow over every attempt of the plan (resumes where it stopped; refusals stay refused)."""
     url = resolve_registry_url(registry)
     frozen = load_plan(plan)
     config_path = find_config(str(config) if config else None)
@@ -193,12 +195,14 @@ def run(
 
     request = EvaluateRequest(plan_path=str(plan), registry_url=url, config_path=str(config_path),
                               concurrency=concurrency, runner=runner, dask_address=dask_address,
-                              dask_workers=dask_workers)
+                              dask_workers=dask_workers, retry_refused=retry_refused)
     with flow_progress(f"evaluating {frozen.experiment}", frozen, as_json):
         summary = evaluate(request)
+    refused = (f", {summary.refused} refused by redaction earlier (--retry-refused runs them again)"
+               if summary.refused else "")
     finish(summary, as_json, f"{summary.attempts} attempts: {summary.ran} ran, {summary.resumed} graded from "
-           f"retained evidence, {summary.skipped} already sealed; {summary.resolved} resolved", summary.report,
-           summary.stopped, "stopped")
+           f"retained evidence, {summary.skipped} already sealed{refused}; {summary.resolved} resolved",
+           summary.report, summary.stopped, "refused by redaction")
 
 
 @app.command()

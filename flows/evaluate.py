@@ -54,6 +54,8 @@ class EvaluateSummary(BaseModel):
     skipped: int
     resumed: int
     ran: int
+    refused: int
+    """Attempts left alone because redaction refused them in an earlier run (see ``retry_refused``)."""
     stopped: list[str]
     resolved: int
     report: dict[str, object]
@@ -115,12 +117,18 @@ def evaluate(request: EvaluateRequest) -> EvaluateSummary:
     judges = {case.id: case.judge for case in plan.cases}
     pending = [ref for ref in refs
                if ref.attempt_id not in states or not states[ref.attempt_id].complete(judges[ref.case_id])]
-    sealed = len(refs) - len(pending)
+    refused = 0 if request.retry_refused else sum(
+        1 for ref in pending if ref.attempt_id in states and states[ref.attempt_id].refused)
+    if refused:
+        pending = [ref for ref in pending if ref.attempt_id not in states or not states[ref.attempt_id].refused]
+    sealed = len(refs) - len(pending) - refused
     retained = sum(1 for ref in pending if ref.attempt_id in states and states[ref.attempt_id].retained)
     fresh = len(pending) - retained
-    logger.info("%d attempts: %d sealed, %d to grade from evidence, %d to run", len(refs), sealed, retained, fresh)
-    progress = Progress("evaluate", plan.experiment, len(refs), sealed)
+    logger.info("%d attempts: %d sealed, %d refused by redaction, %d to grade from evidence, %d to run",
+                len(refs), sealed, refused, retained, fresh)
+    progress = Progress("evaluate", plan.experiment, len(refs), sealed + refused)
     attempt_done("already sealed", sealed)
+    attempt_done("refused by redaction", refused)
     stopped: list[str] = []
     with workbench(request.concurrency) as bench, task_runner(request, bench) as runner:
         work = [
@@ -128,6 +136,7 @@ def evaluate(request: EvaluateRequest) -> EvaluateSummary:
                 "contracts": [make_contract(plan, ref) for ref in batch],
                 "states": {ref.attempt_id: states[ref.attempt_id] for ref in batch if ref.attempt_id in states},
                 "plan": plan, "config": config, "registry": registry, "bench": bench,
+                "retry_refused": request.retry_refused,
             }))
             for batch in batches(pending,
                                  bench.preparers * (request.dask_workers if request.runner is Runner.DASK else 1))
@@ -143,5 +152,5 @@ def evaluate(request: EvaluateRequest) -> EvaluateSummary:
     publish_outcome("evaluate", report)
     return EvaluateSummary(
         experiment=plan.experiment, plan_hash=plan.plan_hash, attempts=len(refs), skipped=sealed,
-        resumed=retained, ran=fresh, stopped=stopped, resolved=record.resolved, report=report,
+        resumed=retained, ran=fresh, refused=refused, stopped=stopped, resolved=record.resolved, report=report,
     )

@@ -51,6 +51,8 @@ class EvaluateRequest(Concurrent):
                                      description="tcp://host:8786 of a running cluster; empty: a LocalCluster.")
     dask_workers: int = Field(2, ge=1, le=256, title="LocalCluster workers",
                               description="Worker processes of the LocalCluster (no Dask scheduler given).")
+    retry_refused: bool = Field(False, title="Retry refused attempts",
+                                description="Run attempts that redaction refused again, as a new recorded try.")
 
 
 class RegradeRequest(Concurrent):

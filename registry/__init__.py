@@ -65,6 +65,8 @@ from registry._records import (
     JudgementLine,
     ObservedIdentity,
     RedactionReceipt,
+    RedactionRefusal,
+    RefusalReason,
     Role,
     TerminalEvidence,
 )
@@ -121,6 +123,8 @@ __all__ = [
     "Publication",
     "RedactionConfig",
     "RedactionReceipt",
+    "RedactionRefusal",
+    "RefusalReason",
     "Registry",
     "RegistryError",
     "RegistryRequired",

@@ -85,9 +85,11 @@ def _secret_pattern(pattern: str) -> str:
 
 
 class RedactionConfig(Strict):
-    """Named secret patterns (Python regular expressions), each needing at least one character to match."""
+    """Named secret patterns (each needing at least one character to match), and whether unscannable binaries pass."""
 
     patterns: dict[str, Annotated[str, AfterValidator(_secret_pattern)]] = {}
+    allow_opaque_binary: bool = False
+    """Let a compressed archive (zip, gzip, xz, bz2, 7z, zstd) in a patch through unscanned; off: it is refused."""
 
 
 class CandidateEnv(Strict):

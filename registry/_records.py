@@ -9,6 +9,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
+from pydantic import Field
+
 from registry._models import Digest, OmitNone, Strict
 
 
@@ -22,6 +24,7 @@ class Role(StrEnum):
     TERMINAL_EVIDENCE = "terminal-evidence"
     CANDIDATE_RESULT = "candidate-result"
     REDACTION_RECEIPT = "redaction-receipt"
+    REDACTION_REFUSAL = "redaction-refusal"
     GRADER_INPUT = "grader-input"
     GRADER_OUTPUT = "grader-output"
     GRADER_RESULT = "grader-result"
@@ -151,6 +154,32 @@ class RedactionReceipt(Strict):
     patterns_run: int
     replacements: dict[str, int]
     clean: bool
+
+
+RefusalReason = Literal["surviving-match", "binary-match", "opaque-binary", "unreadable-binary"]
+"""Why redaction stopped an attempt: a match survived the scrub; a match inside a git binary hunk (which
+cannot be scrubbed faithfully); a binary hunk that is a compressed archive (cannot be scanned); a binary
+hunk that does not decode (cannot be scanned)."""
+
+
+class RedactionRefusal(Strict):
+    """A redaction stop, recorded without content: why, where and how many -- never the matched text.
+
+    Its presence makes the attempt terminal (``redaction_refused``): it counts in
+    every denominator and is not run again unless an operator asks for a new try.
+    """
+
+    schema_version: Literal["tribunal.redaction_refusal.v1"] = "tribunal.redaction_refusal.v1"
+    attempt_id: Digest
+    try_number: int = Field(ge=1)
+    """1 for the first refusal; each explicit retry that is refused again records the next number."""
+    reason: RefusalReason
+    artifact: str
+    """Which artifact (``transcript``, ``patch``, ``terminal evidence``) held the match."""
+    pattern: str | None
+    """The configured pattern's name or ``identity:<field>``; None when nothing matched (unscannable)."""
+    matches: int = Field(ge=0)
+    patterns_run: int = Field(ge=0)
 
 
 class BlindedContract(Strict):

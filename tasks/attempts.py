@@ -3,7 +3,8 @@
 Resume works from the manifest alone: an attempt with a grader receipt is
 sealed (skipped); one with its candidate-side commit but no receipt is
 retained (graded from the stored evidence, the candidate is not run again);
-anything else starts fresh. Every append carries a txn, so a retried step
+one redaction refused is terminal (left alone unless the operator retries
+refused attempts, which records a new try); anything else starts fresh. Every append carries a txn, so a retried step
 returns what is already recorded instead of recording it twice.
 """
 
@@ -29,6 +30,8 @@ from registry import (
     ManifestEntry,
     NewEntry,
     Plan,
+    RedactionRefusal,
+    RefusalReason,
     Registry,
     Role,
     SandboxProfile,
@@ -38,8 +41,8 @@ from tasks.execution.workbench import Workbench
 from tasks.grading import Grading, grade
 from tasks.judging import judge_attempt
 from tasks.progress import attempt_done
-from tasks.redaction import RedactionLeak
-from tasks.retain import RetainedAttempt, retain_candidate, txn
+from tasks.redaction import RedactionStop
+from tasks.retain import RetainedAttempt, refuse_attempt, retain_candidate, txn
 from tasks.taxonomy import failure_labels
 from tasks.verdict import terminal_class
 
@@ -112,6 +115,16 @@ class AttemptState:
     def retained(self) -> bool:
         return Role.CANDIDATE_RESULT in self.entries
 
+    @property
+    def refusals(self) -> int:
+        """How many tries of this attempt redaction refused."""
+        return sum(1 for entry in self.history if entry.role == Role.REDACTION_REFUSAL)
+
+    @property
+    def refused(self) -> bool:
+        """Terminal as ``redaction_refused``: refused, and no later try was retained."""
+        return self.refusals > 0 and not self.retained
+
 
 def attempt_states(registry: Registry, experiment: str,
                    attempt_ids: list[str] | None = None) -> dict[str, AttemptState]:
@@ -170,15 +183,20 @@ def grade_retained(retained: RetainedAttempt, config: Config, registry: Registry
 
 
 def evaluate_attempt(contract: AttemptContract, state: AttemptState | None, plan: Plan, config: Config,
-                     registry: Registry, bench: Workbench) -> str | None:
+                     registry: Registry, bench: Workbench, retry_refused: bool = False) -> str | None:
     """Take one attempt from where the manifest says it stands to sealed; return a stop message, if any.
 
-    Complete attempts are left alone; retained ones are graded (and judged)
-    from their stored evidence -- the candidate never runs twice -- the rest
-    run from the start. Unredacted candidate output exists only inside this call.
+    Complete attempts are left alone, and so are refused ones unless
+    ``retry_refused``; retained ones are graded (and judged) from their stored
+    evidence -- the candidate never runs twice -- the rest run from the start.
+    A redaction stop is recorded as a refusal before its message is returned.
+    Unredacted candidate output exists only inside this call.
     """
     if state is not None and state.complete(contract.judge):
         attempt_done("already sealed")
+        return None
+    if state is not None and state.refused and not retry_refused:
+        attempt_done("refused by redaction")
         return None
     if state is not None and state.retained:
         retained = load_retained(registry, state)
@@ -187,9 +205,10 @@ def evaluate_attempt(contract: AttemptContract, state: AttemptState | None, plan
         run = execute_candidate(contract, plan, candidate, config, registry, bench)
         try:
             retained = retain_candidate(run, config, registry)
-        except RedactionLeak as leak:
-            attempt_done("stopped")
-            return f"{contract.attempt_id}: {leak}"
+        except RedactionStop as stop:
+            refuse_attempt(contract, stop, (state.refusals if state else 0) + 1, registry)
+            attempt_done("refused by redaction")
+            return f"{contract.attempt_id}: {stop}"
     failed = None
     if state is None or not state.sealed:
         failed = grade_retained(retained, config, registry, bench).failure is not None
@@ -198,6 +217,19 @@ def evaluate_attempt(contract: AttemptContract, state: AttemptState | None, plan
         failed = judge_attempt(registry, retained, config, bench, scoring_id=scoring).failure is not None or failed
     attempt_done("grader or judge failure" if failed else "graded")
     return None
+
+
+def refused_attempts(registry: Registry, plan: Plan) -> dict[str, RefusalReason]:
+    """Each attempt of the plan that stands refused by redaction, with the reason class of its latest refusal."""
+    planned = {ref.attempt_id for ref in plan.attempt_refs()}
+    candidates = sorted(planned & registry.attempts_with(experiment_id=plan.experiment,
+                                                         role=Role.REDACTION_REFUSAL.value))
+    if not candidates:
+        return {}
+    return {
+        attempt: registry.load(state.entries[Role.REDACTION_REFUSAL].digest, RedactionRefusal).reason
+        for attempt, state in attempt_states(registry, plan.experiment, candidates).items() if state.refused
+    }
 
 
 _ISOLATION: dict[str, bool] = {}

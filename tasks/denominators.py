@@ -24,9 +24,9 @@ def tally(planned: Counter[str], attempts: list[dict[str, Any]], key: str) -> di
         entry = tallies[item[key]]
         entry["attempts"] += 1
         entry["resolved"] += item["resolved"]
-        entry["unisolated"] += not item["isolated"]
         entry["classes"][item["terminal_class"]] += 1
-        if item.get("grader_id"):
+        if item["terminal_class"] != "redaction_refused":  # no grader ran: nothing to isolate or to name
+            entry["unisolated"] += not item["isolated"]
             entry["graders"].add(f"{item['grader_id']}@{item['grader_version']}")
     return {
         name: {**entry, "unmeasured": entry["planned"] - entry["attempts"],

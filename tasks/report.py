@@ -29,11 +29,12 @@ from registry import (
     is_digest,
     release_free_memory,
 )
-from tasks.attempts import attempt_states, summarize, unmeasured_reason
+from tasks.attempts import attempt_states, refused_attempts, summarize, unmeasured_reason
 from tasks.denominators import tally
 from tasks.execution.process import utc_timestamp
 from tasks.gates import calibration_status, judge_key
 from tasks.taxonomy import count_primary
+from tasks.verdict import REDACTION_REFUSED
 
 LAYER = "normalized-result.v1"
 SUMMARY_CHUNK = 100
@@ -133,14 +134,18 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
         summaries = current_summaries(registry, plan, grader_version)
     cohorts_of = {case.id: cohort_key(case.id, case.snapshot_digest, case.prompt_hash, layer) for case in plan.cases}
     refs = list(plan.attempt_refs())
-    attempts = [_attempt_line(ref, summaries[ref.attempt_id], cohorts_of[ref.case_id])
-                for ref in refs if ref.attempt_id in summaries]
-    unmeasured = unmeasured_attempts(registry, plan, [ref for ref in refs if ref.attempt_id not in summaries],
-                                     grader_version)
+    refused = refused_attempts(registry, plan)
+    attempts = [_attempt_line(ref, summaries[ref.attempt_id], cohorts_of[ref.case_id]) if ref.attempt_id in summaries
+                else _refused_line(ref, refused[ref.attempt_id], cohorts_of[ref.case_id])
+                for ref in refs if ref.attempt_id in summaries or ref.attempt_id in refused]
+    unmeasured = unmeasured_attempts(
+        registry, plan, [ref for ref in refs if ref.attempt_id not in summaries and ref.attempt_id not in refused],
+        grader_version)
     by_case = tally(Counter(ref.case_id for ref in refs), attempts, "case_id")
     cohorts = [{"case_id": case_id, "cohort_key": cohorts_of[case_id], **by_case[case_id]} for case_id in cohorts_of]
     by_candidate = tally(Counter(ref.candidate_id for ref in refs), attempts, "candidate_id")
-    graders = sorted({f"{a['grader_id']}@{a['grader_version']}" for a in attempts})
+    graders = sorted({f"{a['grader_id']}@{a['grader_version']}" for a in attempts
+                      if a["terminal_class"] != REDACTION_REFUSED})
     policies: dict[str, set[str]] = defaultdict(set)
     for a in attempts:
         if "judge" in a:
@@ -160,11 +165,23 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
         **({"history": attempt_history(registry, plan)} if history else {}),
         "summary": {"candidates": {c.id: by_candidate[c.id] for c in plan.candidates},
                     "planned": len(refs), "attempts": len(attempts), "resolved": sum(a["resolved"] for a in attempts),
-                    "unmeasured": len(unmeasured), "unisolated": sum(not a["isolated"] for a in attempts),
+                    "unmeasured": len(unmeasured),
+                    "unisolated": sum(entry["unisolated"] for entry in by_candidate.values()),
+                    "redaction_refused": len(refused),
                     "taxonomy": count_primary([a["failure_labels"] for a in attempts] + [["M"]] * len(unmeasured))},
     }
     report_digest = _append_derived(registry, plan, Role.REPORT, canonical_json(body), f"report:{digest_json(body)}")
     return {**body, "report_digest": report_digest}
+
+
+def _refused_line(ref: AttemptRef, reason: str, cohort: str) -> dict[str, Any]:
+    """A refused attempt as a report lists it: in the denominator, unresolved, never graded (taxonomy M)."""
+    return {
+        "attempt_id": ref.attempt_id, "case_id": ref.case_id, "candidate_id": ref.candidate_id, "index": ref.index,
+        "terminal_class": REDACTION_REFUSED, "resolved": False, "refusal": reason, "grader_id": "none",
+        "grader_version": "unavailable", "generation": 0, "receipt": None, "failure_labels": ["M"],
+        "isolated": True, "cohort_key": cohort,
+    }
 
 
 def unmeasured_attempts(registry: Registry, plan: Plan, refs: list[AttemptRef],

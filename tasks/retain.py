@@ -1,10 +1,12 @@
-"""Retaining a candidate run: redact, prove it, then store (SPEC §5.1-§5.2).
+"""Retaining a candidate run: redact, prove it, then store (SPEC §5.1-§5.2, §13).
 
 The order is the guarantee: nothing of an attempt reaches the registry until
 its transcript and patch were scrubbed and re-scanned. The six candidate-side
 records are appended as one commit, so a crash leaves either all of them or
 none -- which is what lets a rerun tell "half-done" (retained, not graded)
-from "not started".
+from "not started". A redaction stop stores only the attempt contract and a
+refusal record (reason class and counts) in one commit, which makes the
+attempt terminal rather than silently pending.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from registry import (
     Config,
     NewEntry,
     RedactionReceipt,
+    RedactionRefusal,
     Registry,
     Role,
     canonical_json,
 )
 from tasks.execution.candidate import CandidateRun
-from tasks.redaction import Pattern, build_patterns, redact_artifacts, rescan, scrub
+from tasks.redaction import Patterns, RedactionStop, build_patterns, identity_problem, redact_artifacts, rescan, scrub
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ def txn(attempt_id: str, step: str) -> str:
     return f"evaluate:{attempt_id}:{step}"
 
 
-def _scrub_strings(value: Any, patterns: list[Pattern]) -> Any:
+def _scrub_strings(value: Any, patterns: Patterns) -> Any:
     if isinstance(value, str):
         return scrub(value, patterns)[0]
     if isinstance(value, list):
@@ -52,8 +55,11 @@ def _scrub_strings(value: Any, patterns: list[Pattern]) -> Any:
 
 def retain_candidate(run: CandidateRun, config: Config, registry: Registry) -> RetainedAttempt:
     """Redact a run, store its evidence, and append the candidate-side records in one commit."""
-    patterns = build_patterns(config.redaction.patterns, run.identity_strings())
-    clean, tally = redact_artifacts({"transcript": run.transcript, "patch": run.patch}, patterns)
+    identity = run.identity_strings()
+    patterns = build_patterns(config.redaction.patterns, identity)
+    clean, tally = redact_artifacts({"transcript": run.transcript, "patch": run.patch}, patterns,
+                                    config.redaction.allow_opaque_binary)
+    invalid = identity_problem(identity, patterns)
     # Terminal evidence exists to record who ran (observed identity, sessions), so
     # only secrets are scrubbed from it; the evidence receipt binds it, judges never see it.
     secrets = build_patterns(config.redaction.patterns, {})
@@ -61,7 +67,7 @@ def retain_candidate(run: CandidateRun, config: Config, registry: Registry) -> R
     rescan("terminal evidence", terminal_bytes.decode(), secrets)
     contract = run.contract
     attempt = contract.attempt_id
-    receipt = RedactionReceipt(attempt_id=attempt, patterns_run=len(patterns), replacements=tally, clean=True)
+    receipt = RedactionReceipt(attempt_id=attempt, patterns_run=patterns.count, replacements=tally, clean=True)
     stored = {
         Role.ATTEMPT_CONTRACT: canonical_json(contract.model_dump(mode="json")),
         Role.TRANSCRIPT: clean["transcript"],
@@ -74,8 +80,8 @@ def retain_candidate(run: CandidateRun, config: Config, registry: Registry) -> R
         sandbox_profile=registry.put(run.sandbox_profile) if run.sandbox_profile else None,
         attempt_id=attempt,
         succeeded=run.succeeded,
-        harness_valid=run.harness_valid,
-        reason=scrub(run.reason, patterns)[0] if run.reason else None,
+        harness_valid=run.harness_valid and invalid is None,
+        reason="; ".join(r for r in (invalid, scrub(run.reason or "", patterns)[0]) if r) or None,
         transcript_digest=digests[Role.TRANSCRIPT],
         patch_digest=digests[Role.PATCH],
         terminal_evidence_digest=digests[Role.TERMINAL_EVIDENCE],
@@ -92,3 +98,28 @@ def retain_candidate(run: CandidateRun, config: Config, registry: Registry) -> R
         ]
     )
     return RetainedAttempt(contract=contract, result=result, patch=clean["patch"])
+
+
+def refuse_attempt(contract: AttemptContract, stop: RedactionStop, try_number: int, registry: Registry) -> None:
+    """Record a redaction stop durably, without content: the contract and a refusal record, one commit.
+
+    The contract's txn is the one retention uses, so it is recorded once
+    however many tries there are. Two runs refusing the same try at once write
+    the same txn; the manifest keeps the first and returns it to the second.
+    """
+    attempt = contract.attempt_id
+    refusal = RedactionRefusal(
+        attempt_id=attempt, try_number=try_number, reason=stop.reason, artifact=stop.artifact,
+        pattern=stop.pattern, matches=stop.matches, patterns_run=stop.patterns_run,
+    )
+    stored = {
+        Role.ATTEMPT_CONTRACT: (txn(attempt, Role.ATTEMPT_CONTRACT.value),
+                                canonical_json(contract.model_dump(mode="json"))),
+        Role.REDACTION_REFUSAL: (txn(attempt, f"{Role.REDACTION_REFUSAL.value}:{try_number}"),
+                                 canonical_json(refusal.model_dump(mode="json"))),
+    }
+    registry.append([
+        NewEntry(txn=key, role=role.value, experiment_id=contract.experiment, attempt_id=attempt,
+                 digest=registry.put(data), size=len(data))
+        for role, (key, data) in stored.items()
+    ])

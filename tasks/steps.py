@@ -51,13 +51,21 @@ def step(name: str) -> Callable[[Callable[P, R]], Task[P, R]]:
 
 @step("evaluate-attempts")
 def evaluate_attempts(contracts: list[AttemptContract], states: dict[str, AttemptState], plan: Plan,
-                      config: Config, registry: Registry, bench: Workbench) -> list[str]:
-    """Take each attempt of a batch to sealed, in turn; return the messages of attempts that stopped."""
+                      config: Config, registry: Registry, bench: Workbench, retry_refused: bool = False) -> list[str]:
+    """Take each attempt of a batch to sealed, in turn; return the messages of attempts that stopped.
+
+    ``retry_refused`` gives each attempt refused before this run one new try;
+    on a retried task run, an attempt this run already refused keeps its
+    refusal (its refusal count grew since ``states`` was read).
+    """
+    before = {attempt: state.refusals for attempt, state in states.items()}
     if current_task_run.get_run_count() > 1:
         states = attempt_states(registry, plan.experiment)
     stopped = []
     for contract in contracts:
-        message = evaluate_attempt(contract, states.get(contract.attempt_id), plan, config, registry, bench)
+        state = states.get(contract.attempt_id)
+        retry = retry_refused and state is not None and state.refusals == before.get(contract.attempt_id, 0)
+        message = evaluate_attempt(contract, state, plan, config, registry, bench, retry)
         if message is not None:
             stopped.append(message)
     return stopped

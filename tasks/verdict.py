@@ -2,6 +2,9 @@
 
 resolved <=> harness valid AND candidate succeeded AND every required grader
 passed AND every judge passed.
+An attempt redaction refused has no verdict inputs at all (nothing of it
+was stored): its class is ``redaction_refused`` (SPEC §13), given by the
+refusal record, never by this rule.
 A run whose harness was invalid (the wrong model answered) is not a candidate
 failure but an invalid measurement, so it is classified first; a failed
 candidate keeps its failure whatever a grader says; and an empty set of
@@ -15,7 +18,9 @@ from typing import Literal
 
 from registry import GraderResult
 
-TerminalClass = Literal["resolved", "candidate_failure", "harness_invalid", "grader_failure", "judge_failure"]
+TerminalClass = Literal["resolved", "candidate_failure", "harness_invalid", "grader_failure", "judge_failure",
+                        "redaction_refused"]
+REDACTION_REFUSED: TerminalClass = "redaction_refused"
 
 
 def terminal_class(

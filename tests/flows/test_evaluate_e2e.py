@@ -133,8 +133,10 @@ def test_a_half_done_attempt_is_graded_from_evidence_without_rerunning_the_candi
     assert max(txns.values()) == 1
 
 
-def test_a_redaction_leak_stops_only_that_attempt(tmp_path: Path, cli_env: dict[str, str]) -> None:
-    """Attack: a scrub that leaves a match must stop the attempt and store none of it.
+def test_redaction_refused_attempts_are_recorded_terminal_and_rerun_only_on_request(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Attack: a scrub that leaves a match must stop the attempt, store none of it, and neither vanish nor rerun.
 
     ``a_marker`` runs before ``aws_access_key``; the key's replacement creates a
     new match for it, so only the re-scan can catch it.
@@ -147,13 +149,32 @@ def test_a_redaction_leak_stops_only_that_attempt(tmp_path: Path, cli_env: dict[
     registry = str(tmp_path / "reg")
     plan = tmp_path / "plan.json"
     assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
-    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=cli_env)
+    run = ("run", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json")
+    ran = tribunal(*run, env=cli_env)
     assert ran.returncode == 1
     summary = json.loads(ran.stdout)
     assert len(summary["stopped"]) == 2 and all("'a_marker'" in s and "transcript" in s for s in summary["stopped"])
-    assert "stopped:" in ran.stderr and "AKIA" not in ran.stderr
-    graded = {a["candidate_id"] for a in summary["report"]["attempts"] if a["terminal_class"] != "pending"}
-    assert "agent-leaky" not in graded and "agent-fixer" in graded
+    assert "refused by redaction:" in ran.stderr and "AKIA" not in ran.stderr
+    classes = {(a["candidate_id"], a["terminal_class"]) for a in summary["report"]["attempts"]}
+    assert ("agent-leaky", "redaction_refused") in classes and ("agent-fixer", "resolved") in classes
+    assert len(summary["report"]["attempts"]) == 10 and summary["report"]["summary"]["redaction_refused"] == 2
+    store = Registry.open(registry)
+    refusals = store.entries(role=Role.REDACTION_REFUSAL)
+    assert len(refusals) == 2 and all(json.loads(store.get(e.digest))["reason"] == "surviving-match" for e in refusals)
+    assert not [e for e in store.entries() if e.attempt_id in {r.attempt_id for r in refusals}
+                and e.role not in (Role.ATTEMPT_CONTRACT, Role.REDACTION_REFUSAL)]
+
+    again = tribunal(*run, env=cli_env)
+    rerun = json.loads(again.stdout)
+    assert again.returncode == 0 and (rerun["ran"], rerun["refused"], rerun["stopped"]) == (0, 2, [])
+    assert len(Registry.open(registry).entries(role=Role.REDACTION_REFUSAL)) == 2
+    assert verdicts(rerun["report"])[("slugify", "agent-leaky")] == "redaction_refused"
+
+    retried = tribunal(*run, "--retry-refused", env=cli_env)
+    assert retried.returncode == 1 and json.loads(retried.stdout)["ran"] == 2
+    tries = sorted(json.loads(store.get(e.digest))["try_number"]
+                   for e in Registry.open(registry).entries(role=Role.REDACTION_REFUSAL))
+    assert tries == [1, 1, 2, 2]
 
 
 @pytest.mark.s3

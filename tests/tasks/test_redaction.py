@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
+import os
 import re
 import string
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +22,7 @@ from registry import (
     Config,
     ObservedIdentity,
     RedactionConfig,
+    RedactionRefusal,
     Registry,
     Role,
     TerminalEvidence,
@@ -24,8 +30,8 @@ from registry import (
 )
 from tasks.attempts import grader_input_for
 from tasks.execution.candidate import CandidateRun
-from tasks.redaction import RedactionLeak, build_patterns, redact_artifacts, scrub
-from tasks.retain import RetainedAttempt, retain_candidate
+from tasks.redaction import RedactionLeak, RedactionStop, build_patterns, redact_artifacts, scrub
+from tasks.retain import RetainedAttempt, refuse_attempt, retain_candidate
 
 SECRET = {"aws_access_key": "AKIA[0-9A-Z]{16}"}
 AID = "sha256:" + "e" * 64
@@ -40,7 +46,8 @@ def test_identity_is_whole_word_and_case_insensitive() -> None:
 
 def test_short_identity_strings_are_not_used() -> None:
     patterns = build_patterns({}, {"candidate_id": ["a1", "abc"], "model": ["m-42x"]})
-    assert [p.name for p in patterns] == ["identity:model"]
+    assert patterns.count == 1
+    assert scrub("a1 abc m-42x", patterns) == ("a1 abc [REDACTED]", {"identity:model": 1})
 
 
 def test_a_surviving_match_stops_with_pattern_and_artifact_but_not_the_secret() -> None:
@@ -127,3 +134,144 @@ def test_unredacted_bytes_are_never_written_when_a_leak_stops_the_attempt(tmp_pa
     with pytest.raises(RedactionLeak):
         retain_candidate(make_run("hunter2 hunter2", "", "prov", "model-x", "cand", "sess-1"), config, registry)
     assert list(registry.objects.digests()) == [] and registry.entries() == []
+
+
+def make_sessions_run(transcript: bytes, patch: bytes, sessions: list[str]) -> CandidateRun:
+    run = make_run("", "", "demo-labs", "leaky-model-7", "agent-leaky", "sess-0000")
+    terminal = run.terminal.model_copy(update={"session_ids": sessions})
+    return CandidateRun(contract=run.contract, transcript=transcript, patch=patch, terminal=terminal,
+                        succeeded=True, harness_valid=True, reason=None)
+
+
+def test_redaction_refused_identity_colliding_with_the_placeholder_makes_the_harness_invalid(tmp_path: Path) -> None:
+    """Attack: a session id spelled like the placeholder must not turn every run into a silent, endless stop."""
+    registry = Registry.open(str(tmp_path / "reg"))
+    run = make_sessions_run(b"session REDACTED by leaky-model-7", b"", ["REDACTED"])
+    retained = retain_candidate(run, Config(), registry)
+    assert retained.result.harness_valid is False and "placeholder" in (retained.result.reason or "")
+    transcript = registry.get(retained.result.transcript_digest)
+    assert b"leaky-model-7" not in transcript
+
+
+def test_more_than_64_session_ids_make_the_harness_invalid(tmp_path: Path) -> None:
+    """Attack: a candidate reporting thousands of session ids to make redaction slow or noisy."""
+    registry = Registry.open(str(tmp_path / "reg"))
+    sessions = [f"session-{n:05d}" for n in range(65)]
+    run = make_sessions_run(f"ran as {sessions[64]} and session-00003".encode(), b"", sessions)
+    retained = retain_candidate(run, Config(), registry)
+    assert retained.result.harness_valid is False and "65 session ids" in (retained.result.reason or "")
+    assert b"session-000" not in registry.get(retained.result.transcript_digest)
+
+
+@pytest.mark.parametrize("form", [
+    "leaky-model-7_v2", "agent-leaky_run", "x_LEAKY-MODEL-7_y",
+    base64.b64encode(b"model=leaky-model-7;").decode(),
+    base64.b64encode(b"ab" + b"agent-leaky" + b"!").decode(),
+    base64.b64encode(b"c" + b"leaky-model-7" + b"..").decode(),
+    base64.urlsafe_b64encode(b"\xff\xfe agent-leaky \xfb\xff").decode(),
+    "id%3Dagent-leaky%26x", "leaky%2Dmodel%2D7", "%6c%65%61%6b%79%2d%6d%6f%64%65%6c%2d%37",
+    b"leaky-model-7".hex(), "00" + b"agent-leaky".hex().upper() + "ff",
+])
+def test_glued_and_encoded_identity_forms_are_scrubbed(form: str) -> None:
+    """Attack: the candidate's name glued with `_`, or base64-, URL- or hex-encoded, slips past whole-word matching."""
+    patterns = build_patterns({}, {"model": ["leaky-model-7"], "candidate_id": ["agent-leaky"]})
+    text, counts = scrub(f"see {form} here", patterns)
+    assert form not in text and sum(counts.values()) >= 1 and text.startswith("see ") and text.endswith(" here")
+
+
+def test_redaction_time_is_linear_in_the_transcript_not_in_the_number_of_strings(tmp_path: Path) -> None:
+    """Attack: 3,000 reported session ids and 4 MB of output burning minutes of CPU outside every timeout."""
+    sessions = [f"{n:08x}-5e55-4d1d-9c0d-{n * 7919:012x}" for n in range(3000)]
+    line = b"def handler(event, context):  # retry the upload of chunk 17 and log the response body\n"
+    transcript = line * (4 * 1024 * 1024 // len(line)) + sessions[1234].encode() + b"\n"
+    run = make_sessions_run(transcript, b"", sessions)
+    started = time.monotonic()
+    retained = retain_candidate(run, Config(), Registry.open(str(tmp_path / "reg")))
+    elapsed = time.monotonic() - started
+    assert elapsed < 30, f"redaction took {elapsed:.1f} s"
+    assert sessions[1234].encode() not in Registry.open(str(tmp_path / "reg")).get(retained.result.transcript_digest)
+
+
+def binary_patch(tmp_path: Path, before: bytes | None, after: bytes) -> bytes:
+    """What `git diff --cached --binary` makes of a file with a NUL byte (GIT binary patch hunks)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True).stdout
+
+    git("init", "-q")
+    if before is not None:
+        (repo / "blob.bin").write_bytes(before)
+    (repo / "keep.txt").write_text("keep\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", "base")
+    (repo / "blob.bin").write_bytes(after)
+    git("add", "-A")
+    return git("diff", "--cached", "--binary", "HEAD")
+
+
+NOISE = bytes((n * 2654435761 >> 7) % 256 for n in range(40000))
+
+
+@pytest.mark.parametrize("form", ["literal", "delta"])
+@pytest.mark.parametrize("planted", [b"AKIAIOSFODNN7EXAMPLE", b"leaky-model-7"])
+def test_a_secret_inside_a_git_binary_hunk_is_refused(tmp_path: Path, form: str, planted: bytes) -> None:
+    """Attack: a file with a NUL byte carries a secret or the model name through the patch as zlib + base85."""
+    before = None if form == "literal" else NOISE
+    after = b"\0header " + planted + b" trailer\n" if form == "literal" else NOISE[:20000] + planted + NOISE[20000:]
+    patch = binary_patch(tmp_path, before, after)
+    assert f"GIT binary patch\n{form} ".encode() in patch and planted not in patch
+    registry = Registry.open(str(tmp_path / "reg"))
+    run = make_sessions_run(b"done", patch, ["sess-0000"])
+    with pytest.raises(RedactionStop) as caught:
+        retain_candidate(run, Config(redaction=RedactionConfig(patterns=SECRET)), registry)
+    assert caught.value.reason == "binary-match" and caught.value.artifact == "patch"
+    assert planted.decode() not in str(caught.value) and registry.entries() == []
+
+
+def test_a_clean_binary_file_in_a_patch_is_kept_byte_for_byte(tmp_path: Path) -> None:
+    patch = binary_patch(tmp_path, NOISE, NOISE[:100] + b"\0\1\2" + NOISE[100:])
+    clean, tally = redact_artifacts({"patch": patch}, build_patterns(SECRET, {"model": ["leaky-model-7"]}))
+    assert clean["patch"] == patch and tally == {}
+
+
+def test_a_compressed_archive_in_a_patch_fails_closed_unless_allowed(tmp_path: Path) -> None:
+    """Attack: a secret hidden in a zip (or gzip, xz, bz2, 7z) file that redaction cannot read."""
+    archive = gzip.compress(b"AKIAIOSFODNN7EXAMPLE leaky-model-7")
+    patch = binary_patch(tmp_path, None, archive)
+    patterns = build_patterns(SECRET, {"model": ["leaky-model-7"]})
+    with pytest.raises(RedactionStop) as caught:
+        redact_artifacts({"patch": patch}, patterns)
+    assert caught.value.reason == "opaque-binary"
+    clean, _ = redact_artifacts({"patch": patch}, patterns, allow_opaque_binary=True)
+    assert clean["patch"] == patch
+
+
+def test_a_malformed_binary_hunk_fails_closed(tmp_path: Path) -> None:
+    """Attack: a hunk that git would reject or read differently must not pass as unscannable noise."""
+    patch = binary_patch(tmp_path, None, b"\0" + NOISE[:300]).replace(b"literal 301", b"literal 302")
+    with pytest.raises(RedactionStop) as caught:
+        redact_artifacts({"patch": patch}, build_patterns(SECRET, {}))
+    assert caught.value.reason == "unreadable-binary"
+
+
+def test_redaction_refused_record_counts_without_content(tmp_path: Path) -> None:
+    """Attack on the record itself: a durable refusal must not store what it refused to store."""
+    registry = Registry.open(str(tmp_path / "reg"))
+    config = Config(redaction=RedactionConfig(patterns={"greedy": r"\[REDACTED\]|hunter2"}))
+    run = make_run("hunter2 hunter2", "", "prov", "model-x", "cand", "sess-1")
+    with pytest.raises(RedactionStop) as caught:
+        retain_candidate(run, config, registry)
+    refuse_attempt(run.contract, caught.value, try_number=1, registry=registry)
+    roles = [e.role for e in registry.entries()]
+    assert roles == [Role.ATTEMPT_CONTRACT, Role.REDACTION_REFUSAL]
+    assert len({e.commit for e in registry.entries()}) == 1
+    refusal = registry.load(registry.entries(role=Role.REDACTION_REFUSAL)[0].digest, RedactionRefusal)
+    assert (refusal.reason, refusal.artifact, refusal.pattern, refusal.try_number) == (
+        "surviving-match", "transcript", "greedy", 1)
+    assert refusal.matches == 2
+    stored = b"".join(registry.get(d) for d in registry.objects.digests())
+    assert b"hunter2" not in stored
