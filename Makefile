@@ -68,6 +68,7 @@ $(INSPECT_VENV)/.installed:
 bench: $(STAMP) bubblewrap $(INSPECT_VENV)/.installed
 	$(BIN)/python benchmarks/registry_bench.py
 	$(BIN)/python benchmarks/pipeline_bench.py
+	$(BIN)/python benchmarks/redaction_bench.py
 	$(BIN)/python benchmarks/regrade_bench.py --inspect-python $(INSPECT_VENV)/bin/python
 
 clean:
