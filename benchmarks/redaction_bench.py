@@ -44,7 +44,7 @@ def timed(count: int) -> float:
     patterns = build_patterns({"aws_access_key": "AKIA[0-9A-Z]{16}"},
                               {"candidate_id": ["agent-x"], "model": ["model-x"], "session_id": sessions})
     started = time.perf_counter()
-    clean, tally = redact_artifacts({"transcript": data}, patterns)
+    clean, _ = redact_artifacts({"transcript": data}, patterns)
     elapsed = time.perf_counter() - started
     if any(session.encode() in clean["transcript"] for session in sessions):
         raise SystemExit("a session id survived redaction")
