@@ -89,12 +89,14 @@ def render_report(built: dict[str, Any], console: Console | None = None) -> None
                        f"{' (' + judge['failure'] + ')' if judge['failure'] else ''} ({judge['generation']})")
         attempts.add_row(*row)
     console.print(attempts)
-    rates = Table("candidate", "planned", "resolved", "unmeasured", Column("pass rate", no_wrap=True), "graders",
-                  title="pass rate per candidate (resolved / planned)")
+    rates = Table(Column("candidate", no_wrap=True), "planned", "resolved", "unmeasured",
+                  Column("pass rate", no_wrap=True), title="pass rate per candidate (resolved / planned)")
     for name, tally in built["summary"]["candidates"].items():
         rates.add_row(name, str(tally["planned"]), str(tally["resolved"]), str(tally["unmeasured"]),
-                      candidate_rate(tally), ", ".join(tally["graders"]) or "not graded")
+                      candidate_rate(tally))
     console.print(rates)
+    for name, tally in built["summary"]["candidates"].items():
+        console.print(f"{name} graded by: {', '.join(tally['graders']) or 'not graded'}")
     for item in built["unmeasured"]:
         console.print(f"unmeasured: {item['case_id']}/{item['candidate_id']}#{item['index']} ({item['reason']})")
     if "history" in built:
