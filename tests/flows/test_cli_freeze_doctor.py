@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from registry import Registry
+from registry import Registry, digest
+from registry._manifest import Head
 from registry._manifest import commit_key
 from tests.helpers import copy_demo, tribunal
 
@@ -45,7 +46,10 @@ def test_registry_from_environment(tmp_path: Path) -> None:
     env = {**os.environ, "TRIBUNAL_REGISTRY": str(tmp_path / "env-reg")}
     result = tribunal("plan", "freeze", str(spec), "-o", str(tmp_path / "p.json"), env=env)
     assert result.returncode == 0, result.stderr
-    assert Registry.open(str(tmp_path / "env-reg")).head() is not None
+    store = Registry.open(str(tmp_path / "env-reg"))
+    [plan_entry] = store.entries()
+    assert (plan_entry.role, plan_entry.seq, plan_entry.digest) == ("plan", 0, digest((tmp_path / "p.json").read_bytes()))
+    assert store.head() == Head(version=0, seq=0, entry_hash=plan_entry.entry_hash)
 
 
 @pytest.mark.parametrize("command", [["doctor"], ["plan", "freeze", "experiment.toml", "-o", "plan.json"]])
