@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from registry import Registry, digest
-from registry._manifest import Head
-from registry._manifest import commit_key
+from registry._manifest import Head, commit_key
 from tests.helpers import copy_demo, tribunal
 
 
@@ -48,7 +47,8 @@ def test_registry_from_environment(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     store = Registry.open(str(tmp_path / "env-reg"))
     [plan_entry] = store.entries()
-    assert (plan_entry.role, plan_entry.seq, plan_entry.digest) == ("plan", 0, digest((tmp_path / "p.json").read_bytes()))
+    plan_digest = digest((tmp_path / "p.json").read_bytes())
+    assert (plan_entry.role, plan_entry.seq, plan_entry.digest) == ("plan", 0, plan_digest)
     assert store.head() == Head(version=0, seq=0, entry_hash=plan_entry.entry_hash)
 
 
