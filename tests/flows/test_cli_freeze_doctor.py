@@ -153,3 +153,19 @@ def test_malformed_pin_is_a_usage_error(tmp_path: Path) -> None:
 def test_unknown_option_is_a_usage_error_without_traceback(tmp_path: Path) -> None:
     result = tribunal("doctor", "--registy", "x")
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("lines", [
+    ['{"instance_id": "off-by-one", "model_name_or_path": "m", "model_patch": "diff"}', "not json"],
+    ['{"model_name_or_path": "m", "model_patch": "diff"}'],
+    ['{"instance_id": "off-by-one", "model_name_or_path": "m", "model_patch": 3}'],
+])
+def test_malformed_predictions_are_refused_at_freeze(tmp_path: Path, lines: list[str]) -> None:
+    """Attack: a predictions file that is not SWE-bench JSONL must not freeze into a plan."""
+    spec = copy_demo(tmp_path / "exp")
+    (spec.parent / "preds.jsonl").write_text("\n".join(lines) + "\n")
+    plan, registry = tmp_path / "plan.json", tmp_path / "reg"
+    result = tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", str(registry))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "candidate[4].predictions:" in result.stderr
+    assert not plan.exists() and Registry.open(str(registry)).entries() == []
