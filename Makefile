@@ -9,7 +9,7 @@ INSPECT_VENV := .venv-inspect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_HOME ?= $(abspath $(VENV))/prefect-home
 
-.PHONY: demo test bench clean server chromium bubblewrap
+.PHONY: demo test bench clean server chromium bubblewrap screenshot
 
 PORT ?= 4200
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -40,6 +40,12 @@ test: $(STAMP) chromium bubblewrap
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+# Refresh the README's screenshot of a regrade started from the Prefect UI (the browser test, writing
+# into the tracked docs/; `make test` leaves it alone and saves its screenshot in a temporary folder).
+screenshot: $(STAMP) chromium bubblewrap
+	TRIBUNAL_SCREENSHOT=$(abspath docs/operator-regrade.png) $(BIN)/python -m pytest -q \
+		tests/deployments/test_operator_path.py -k test_regrade_started_from_the_ui_lands_a_generation
 
 # The browser test drives Debian's chromium (never a downloaded browser).
 chromium:

@@ -7,7 +7,10 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,9 +54,7 @@ def install_grader(config: Path, source: str, version: str) -> None:
     config.write_text(text.replace(old_sha, sha).replace(f'version = "{old_version}"', f'version = "{version}"'))
 
 
-def processes_with(marker: str) -> list[int]:
-    """Live (non-zombie) processes whose command line contains ``marker``: what a sandbox left behind."""
-    time.sleep(0.2)
+def _live_with(marker: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -66,3 +67,36 @@ def processes_with(marker: str) -> list[int]:
         if marker.encode() in cmdline and state not in ("Z", "X"):
             found.append(int(entry.name))
     return found
+
+
+def processes_with(marker: str, within_s: float = 30.0) -> list[int]:
+    """Live (non-zombie) processes whose command line contains ``marker``: what a sandbox left behind.
+
+    A killed process needs a moment to die, so this polls until none is left or
+    ``within_s`` passes; a survivor (the programs under test sleep far longer)
+    is still there at the deadline.
+    """
+    deadline = time.monotonic() + within_s
+    while (found := _live_with(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
+@contextmanager
+def watching(marker: str) -> Iterator[set[int]]:
+    """Collect the pids of processes with ``marker`` seen while the block runs: proof the attack really started."""
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.update(_live_with(marker))
+            done.wait(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        thread.join()

@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible chat-completions server on loopback, recording every request body.
 
 Each test sets ``server.script`` to how the next replies behave: a verdict,
-a status code, a raw body, a delay, a wrong model or a huge body.
+a status code, a raw body, a delay, a wrong model, a huge body or a redirect.
+Every request is recorded, POST or GET (what a followed redirect sends).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Script:
     """Raw reply body instead of a chat completion."""
     delay_s: float = 0.0
     extra_bytes: int = 0
+    location: str | None = None
+    """A ``Location`` header (a redirect target) sent with the reply."""
 
 
 @dataclass
@@ -42,6 +45,13 @@ def judge_server() -> Iterator[JudgeServer]:
     state = JudgeServer(url="")
 
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state.requests.append(b"GET " + self.path.encode())
+            state.headers.append(dict(self.headers))
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             state.requests.append(body)
@@ -56,6 +66,8 @@ def judge_server() -> Iterator[JudgeServer]:
                                     "choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
             self.send_response(script.status)
             self.send_header("Content-Type", "application/json")
+            if script.location is not None:
+                self.send_header("Location", script.location)
             self.send_header("Content-Length", str(len(reply)))
             self.end_headers()
             self.wfile.write(reply)

@@ -1,9 +1,8 @@
-"""Start a moto S3 server on a free loopback port (tests and benchmarks)."""
+"""Start a moto S3 server on a loopback port it binds itself (tests and benchmarks)."""
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,31 +18,39 @@ S3_ENV = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+SERVE = (
+    "import sys, threading\n"
+    "from moto.server import ThreadedMotoServer\n"
+    "server = ThreadedMotoServer('127.0.0.1', 0, verbose=False)\n"
+    "server.start()\n"
+    "print(server.get_host_and_port()[1], flush=True)\n"
+    "sys.stdin.read()\n"
+)
+"""The moto server binds port 0 itself and reports the port it got: no probe-close-reuse race."""
 
 
 @contextmanager
 def moto_endpoint() -> Iterator[str]:
     """Run a moto server and point the AWS environment (and child processes) at it."""
-    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+    assert server.stdout is not None
+    port = server.stdout.readline().strip()
+    if not port.isdigit():
+        server.kill()
+        server.communicate()
+        raise RuntimeError("moto server did not start")
     endpoint = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while True:
         try:
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=5)
             break
         except OSError:
             if time.monotonic() > deadline or server.poll() is not None:
                 server.kill()
-                raise RuntimeError("moto server did not start") from None
+                server.communicate()
+                raise RuntimeError("moto server did not answer") from None
             time.sleep(0.1)
     saved = {key: os.environ.get(key) for key in [*S3_ENV, "AWS_ENDPOINT_URL"]}
     os.environ.update(S3_ENV, AWS_ENDPOINT_URL=endpoint)
@@ -56,7 +63,7 @@ def moto_endpoint() -> Iterator[str]:
             else:
                 os.environ[key] = value
         server.terminate()
-        server.wait(timeout=10)
+        server.communicate(timeout=30)  # reaps it and closes both pipes
 
 
 def new_bucket_url(prefix: str = "registry") -> str:

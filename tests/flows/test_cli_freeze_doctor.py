@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from registry import Registry
-from registry._manifest import commit_key
+from registry import Registry, digest
+from registry._manifest import Head, commit_key
 from tests.helpers import copy_demo, tribunal
 
 
@@ -45,7 +45,11 @@ def test_registry_from_environment(tmp_path: Path) -> None:
     env = {**os.environ, "TRIBUNAL_REGISTRY": str(tmp_path / "env-reg")}
     result = tribunal("plan", "freeze", str(spec), "-o", str(tmp_path / "p.json"), env=env)
     assert result.returncode == 0, result.stderr
-    assert Registry.open(str(tmp_path / "env-reg")).head() is not None
+    store = Registry.open(str(tmp_path / "env-reg"))
+    [plan_entry] = store.entries()
+    plan_digest = digest((tmp_path / "p.json").read_bytes())
+    assert (plan_entry.role, plan_entry.seq, plan_entry.digest) == ("plan", 0, plan_digest)
+    assert store.head() == Head(version=0, seq=0, entry_hash=plan_entry.entry_hash)
 
 
 @pytest.mark.parametrize("command", [["doctor"], ["plan", "freeze", "experiment.toml", "-o", "plan.json"]])
@@ -168,3 +172,19 @@ def test_malformed_pin_is_a_usage_error(tmp_path: Path) -> None:
 def test_unknown_option_is_a_usage_error_without_traceback(tmp_path: Path) -> None:
     result = tribunal("doctor", "--registy", "x")
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("lines", [
+    ['{"instance_id": "off-by-one", "model_name_or_path": "m", "model_patch": "diff"}', "not json"],
+    ['{"model_name_or_path": "m", "model_patch": "diff"}'],
+    ['{"instance_id": "off-by-one", "model_name_or_path": "m", "model_patch": 3}'],
+])
+def test_malformed_predictions_are_refused_at_freeze(tmp_path: Path, lines: list[str]) -> None:
+    """Attack: a predictions file that is not SWE-bench JSONL must not freeze into a plan."""
+    spec = copy_demo(tmp_path / "exp")
+    (spec.parent / "preds.jsonl").write_text("\n".join(lines) + "\n")
+    plan, registry = tmp_path / "plan.json", tmp_path / "reg"
+    result = tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", str(registry))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "candidate[4].predictions:" in result.stderr
+    assert not plan.exists() and Registry.open(str(registry)).entries() == []

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from registry import Registry, Role, freeze_experiment, load_config, load_plan
-from registry._objects import object_key
+from registry import NewEntry, Registry, Role, canonical_json, freeze_experiment, load_config, load_plan
 from tasks.attempts import make_contract
 from tasks.execution.candidate import execute_candidate
 from tasks.execution.workbench import workbench
 from tasks.retain import retain_candidate
+from tasks.sealing import seal_receipt
 from tests.helpers import copy_demo, install_grader, tribunal
 
 EXPECTED = {
@@ -84,18 +84,20 @@ def test_stored_evidence_of_the_leaky_candidate_is_redacted(tmp_path: Path, cli_
 
 
 def test_doctor_finds_a_flipped_receipt(tmp_path: Path, cli_env: dict[str, str]) -> None:
-    """Attack: a sealed receipt whose verdict is flipped in the store (and re-addressed consistently)."""
+    """Attack: a re-sealed receipt with the verdict flipped, stored under its own digest and appended as the
+    next generation (so every hash the store checks holds)."""
     registry = str(tmp_path / "reg")
     _, _, summary = freeze_and_run(tmp_path, registry, cli_env)
     resolved = next(a["attempt_id"] for a in summary["report"]["attempts"] if a["resolved"])
     store = Registry.open(registry)
     entry = next(e for e in store.entries(role=Role.GRADER_RECEIPT) if e.attempt_id == resolved)
     receipt = json.loads(store.get(entry.digest))
-    receipt["passed"] = not receipt["passed"]
-    (Path(registry) / object_key(entry.digest)).write_text(json.dumps(receipt))
+    body = canonical_json(seal_receipt({**receipt, "passed": not receipt["passed"]}).model_dump(mode="json"))
+    [forged] = store.append([NewEntry(txn="forged:flip", role=Role.GRADER_RECEIPT.value, experiment_id="demo",
+                                      attempt_id=resolved, digest=store.put(body), size=len(body), generation=2)])
     doctor = tribunal("doctor", "--registry", registry, "--json", env=cli_env)
-    kinds = {f["kind"] for f in json.loads(doctor.stdout)["findings"]}
-    assert doctor.returncode == 1 and {"object-corrupt", "receipt-unreadable"} <= kinds
+    findings = [(f["kind"], f["seq"]) for f in json.loads(doctor.stdout)["findings"]]
+    assert doctor.returncode == 1 and findings == [("receipt-result-disagrees", forged.seq)]
 
 
 def test_a_half_done_attempt_is_graded_from_evidence_without_rerunning_the_candidate(
@@ -231,3 +233,34 @@ def test_run_without_a_config_says_where_it_looked(tmp_path: Path, cli_env: dict
     env = {k: v for k, v in cli_env.items() if k != "TRIBUNAL_CONFIG"}
     ran = tribunal("run", "--plan", str(plan), "--registry", str(tmp_path / "r"), cwd=tmp_path, env=env)
     assert ran.returncode == 2 and "config file not found" in ran.stderr and "Traceback" not in ran.stderr
+
+
+def test_concurrency_bounds_the_programs_running_at_once(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """`--concurrency 2`: no more than two candidate programs ever run at the same time (each records its own
+    start and end in a read_write folder)."""
+    spec = copy_demo(tmp_path / "exp")
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    config_file = spec.parent / "tribunal.toml"
+    config_file.write_text(config_file.read_text() + f'\n[sandbox]\nread_write = ["{spans}"]\n')
+    (spec.parent / "agents" / "sleeper.py").write_text(
+        "import os, sys, time, uuid\nsys.stdin.read()\nbegun = time.time()\ntime.sleep(1.5)\n"
+        f"open(os.path.join({str(spans)!r}, uuid.uuid4().hex), 'w').write(f'{{begun}} {{time.time()}}')\n")
+    text = spec.read_text().split("[[candidate]]")[0].replace("attempts = 1", "attempts = 4")
+    spec.write_text(text + '[[candidate]]\nid = "sleeper"\nkind = "command"\nread_only = ["{experiment_dir}/agents"]\n'
+                    f'command = ["{sys.executable}", "{{experiment_dir}}/agents/sleeper.py"]\n'
+                    'provider = "demo-labs"\nmodel = "sleep-1"\n')
+    plan = tmp_path / "plan.json"
+    registry = str(tmp_path / "reg")
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config_file),
+                   "--concurrency", "2", env=cli_env)
+    assert ran.returncode == 0, ran.stderr
+    intervals = [tuple(map(float, path.read_text().split())) for path in spans.iterdir()]
+    assert len(intervals) == 8
+    events = sorted([(begun, 1) for begun, _ in intervals] + [(ended, -1) for _, ended in intervals])
+    running = peak = 0
+    for _, change in events:  # an end sorts before a start at the same instant
+        running += change
+        peak = max(peak, running)
+    assert peak <= 2

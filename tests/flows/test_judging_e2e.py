@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,14 +19,18 @@ from registry import (
     EvidenceReceipt,
     JudgeIntent,
     Judgement,
+    ManifestEntry,
     NewEntry,
     Registry,
     Role,
     canonical_json,
     chain_findings,
+    check_registry,
     digest,
 )
-from tasks.sealing import evidence_seal_holds
+from tasks.audit import audit_registry
+from tasks.judge_audit import audit_judgements
+from tasks.sealing import evidence_seal_holds, seal_evidence
 from tests.helpers import REPO, tribunal
 from tests.judge_server import JudgeServer, Script, judge_server
 
@@ -140,6 +146,86 @@ def test_doctor_audits_judgement_chains_evidence_truth_and_intents(
     kinds = {f["kind"] for f in json.loads(doctor.stdout)["findings"]}
     assert doctor.returncode == 1
     assert {"judgement-chain", "open-intent", "evidence-seal-broken", "truth-unbound"} <= kinds, kinds
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory: pytest.TempPathFactory, server: JudgeServer, prefect_api: str) -> str:
+    """One judged demo run (every judge says yes), shared by the forgery tests, which work on copies."""
+    tmp_path = tmp_path_factory.mktemp("judged")
+    server.script = Script(passed=True)
+    registry, _ = run(tmp_path, *judged_demo(tmp_path, server), {**os.environ, "PREFECT_API_URL": prefect_api})
+    return registry
+
+
+def forge(store: Registry, role: Role, body: bytes, attempt: str, generation: int | None = None) -> ManifestEntry:
+    """Append ``body`` as a record of ``attempt``, well addressed: stored under its digest, through the API."""
+    [entry] = store.append([NewEntry(txn=f"forged:{uuid.uuid4().hex}", role=role.value, experiment_id="demo-judged",
+                                     attempt_id=attempt, digest=store.put(body), size=len(body),
+                                     generation=generation)])
+    return entry
+
+
+def _record(model: BaseModel) -> bytes:
+    return canonical_json(model.model_dump(mode="json"))
+
+
+def _unreadable(store: Registry, attempt: str, tip: ManifestEntry) -> ManifestEntry:
+    return forge(store, Role.JUDGEMENT, b"not a judgement", attempt, 2)
+
+
+def _evidence_unbound(store: Registry, attempt: str, tip: ManifestEntry) -> ManifestEntry:
+    [evidence] = [e for e in store.entries(attempt_id=attempt) if e.role == Role.EVIDENCE_RECEIPT]
+    fields = store.load(evidence.digest, EvidenceReceipt).model_dump(mode="json")
+    return forge(store, Role.EVIDENCE_RECEIPT, _record(seal_evidence({**fields, "judgement_hash": digest(b"x")})),
+                 attempt)
+
+
+def _evidence_seal_broken(store: Registry, attempt: str, tip: ManifestEntry) -> ManifestEntry:
+    [evidence] = [e for e in store.entries(attempt_id=attempt) if e.role == Role.EVIDENCE_RECEIPT]
+    edited = store.load(evidence.digest, EvidenceReceipt).model_copy(update={"cost_usd": 0.0})  # not re-sealed
+    return forge(store, Role.EVIDENCE_RECEIPT, _record(edited), attempt)
+
+
+def _chain(store: Registry, attempt: str, tip: ManifestEntry) -> ManifestEntry:
+    skipped = store.load(tip.digest, Judgement).model_copy(update={"generation": 3, "prev_judgement_hash": tip.digest})
+    return forge(store, Role.JUDGEMENT, _record(skipped), attempt, 3)
+
+
+def _truth_unbound(store: Registry, attempt: str, tip: ManifestEntry) -> ManifestEntry:
+    repointed = store.load(tip.digest, Judgement).model_copy(
+        update={"generation": 2, "prev_judgement_hash": tip.digest, "candidate_truth_hash": digest(b"other")})
+    forge(store, Role.JUDGEMENT, _record(repointed), attempt, 2)
+    return tip  # no truth entry to blame: the finding points at the attempt's first judgement
+
+
+def _open_intent(store: Registry, attempt: str, tip: ManifestEntry) -> ManifestEntry:
+    judgement = store.load(tip.digest, Judgement)
+    intent = JudgeIntent(intent_id="f" * 32, attempt_id=attempt, scoring_id=judgement.scoring_id,
+                         judge_policy_hash=judgement.judge_policy_hash, generation=2, prev_judgement_hash=tip.digest)
+    return forge(store, Role.JUDGE_INTENT, _record(intent), attempt)
+
+
+JUDGE_FORGERIES = {
+    "judgement-unreadable": _unreadable, "evidence-unbound": _evidence_unbound,
+    "evidence-seal-broken": _evidence_seal_broken, "judgement-chain": _chain, "truth-unbound": _truth_unbound,
+    "open-intent": _open_intent,
+}
+
+
+@pytest.mark.parametrize("kind", list(JUDGE_FORGERIES))
+def test_doctor_names_each_forged_but_well_addressed_judge_record(judged: str, tmp_path: Path, kind: str) -> None:
+    """Attack: a writer with registry access appends a judge record the store's own hashes accept (stored under
+    its digest, chained into the manifest) that breaks the judgement chain, its seal or its binding."""
+    shutil.copytree(judged, tmp_path / "reg")
+    store = Registry.open(str(tmp_path / "reg"))
+    assert audit_registry(store).clean
+    attempt = sorted({e.attempt_id or "" for e in store.entries(role=Role.JUDGEMENT)})[0]
+    [tip] = [e for e in store.entries(attempt_id=attempt) if e.role == Role.JUDGEMENT]
+    blamed = JUDGE_FORGERIES[kind](store, attempt, tip)
+    assert check_registry(store).clean  # the store itself sees nothing wrong: only the judgement audit can
+    found = [(f.kind, f.seq) for f in audit_judgements(store, store.entries(attempt_id=attempt))]
+    assert found == [(kind, blamed.seq)]
+    assert (kind, blamed.seq) in {(f.kind, f.seq) for f in audit_registry(store).findings}
 
 
 def test_a_rejudge_killed_mid_call_is_refused_until_recovered(

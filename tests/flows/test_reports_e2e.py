@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from registry import Registry, Role
+from registry import ManifestEntry, NewEntry, Registry, Role, canonical_json, check_registry, digest
+from tasks.audit import audit_registry
+from tasks.sealing import seal_receipt
 from tests.flows.test_regrade_e2e import STRICT_GRADER, run_demo
 from tests.helpers import install_grader, tribunal
 
@@ -116,30 +120,108 @@ def test_unknown_format_is_a_usage_error(regraded: dict) -> None:  # type: ignor
     assert code == 2 and "choose one of" in err
 
 
-def test_doctor_walks_every_generation_newest_first(regraded: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
-    """Attack: rewriting an older generation's receipt (and re-sealing it) after a regrade superseded it."""
-    import shutil
+def forge(store: Registry, role: Role, body: bytes, attempt: str, generation: int | None = None) -> ManifestEntry:
+    """Append ``body`` as a record of ``attempt``, well addressed: stored under its own digest, through the API."""
+    [entry] = store.append([NewEntry(txn=f"forged:{uuid.uuid4().hex}", role=role.value, experiment_id="demo",
+                                     attempt_id=attempt, digest=store.put(body), size=len(body),
+                                     generation=generation)])
+    return entry
 
-    from registry._objects import object_key
-    from tasks.sealing import seal_receipt
 
+def forged_copy(regraded: dict, tmp_path: Path) -> tuple[Registry, str, ManifestEntry]:  # type: ignore[type-arg]
+    """A copy of the regraded registry, a resolved attempt of it, and that attempt's newest receipt entry."""
     copy = tmp_path / "registry"
     shutil.copytree(regraded["registry"], copy)
-    clean = tribunal("doctor", "--registry", str(copy), "--json", env=regraded["env"])
-    assert clean.returncode == 0, clean.stdout
     store = Registry.open(str(copy))
-    audited = {a["attempt_id"] for a in regraded["v2"]["attempts"]
-               if a["terminal_class"] in ("resolved", "grader_failure")}
-    first = next(e for e in store.entries(role=Role.GRADER_RECEIPT) if e.generation == 1 and e.attempt_id in audited)
-    body = json.loads(store.get(first.digest))
-    body["grader_version"] = "1-patched"
-    forged = seal_receipt(body).model_dump(mode="json")
-    (copy / object_key(first.digest)).write_text(json.dumps(forged))
-    doctor = tribunal("doctor", "--registry", str(copy), "--json", env=regraded["env"])
-    findings = {(f["kind"], f["seq"]) for f in json.loads(doctor.stdout)["findings"]}
+    attempt = next(a["attempt_id"] for a in regraded["v2"]["attempts"] if a["terminal_class"] == "resolved")
+    newest = [e for e in store.entries(attempt_id=attempt) if e.role == Role.GRADER_RECEIPT][-1]
+    assert newest.generation == 2 and audit_registry(store).clean
+    return store, attempt, newest
+
+
+def receipt_of(store: Registry, entry: ManifestEntry) -> dict:  # type: ignore[type-arg]
+    return json.loads(store.get(entry.digest))  # type: ignore[no-any-return]
+
+
+def resealed(body: dict, **changes: object) -> bytes:  # type: ignore[type-arg]
+    return canonical_json(seal_receipt({**body, **changes}).model_dump(mode="json"))
+
+
+def receipt_findings(store: Registry) -> set[tuple[str, int | None]]:
+    return {(f.kind, f.seq) for f in audit_registry(store).findings}
+
+
+def _seal_broken(store: Registry, attempt: str, newest: ManifestEntry) -> ManifestEntry:
+    edited = {**receipt_of(store, newest), "grader_profile": "lenient"}  # not re-sealed
+    return forge(store, Role.GRADER_RECEIPT, canonical_json(edited), attempt, 3)
+
+
+def _misfiled(store: Registry, attempt: str, newest: ManifestEntry) -> ManifestEntry:
+    other = next(e.attempt_id for e in store.entries(role=Role.GRADER_RECEIPT) if e.attempt_id != attempt)
+    body = receipt_of(store, newest)
+    result = {**json.loads(store.get(body["result_hash"])), "attempt_id": other}
+    result_entry = forge(store, Role.GRADER_RESULT, canonical_json(result), attempt, 3)
+    return forge(store, Role.GRADER_RECEIPT, resealed(body, attempt_id=other, result_hash=result_entry.digest),
+                 attempt, 3)
+
+
+def _artifact_missing(store: Registry, attempt: str, newest: ManifestEntry) -> ManifestEntry:
+    body = receipt_of(store, newest)
+    return forge(store, Role.GRADER_RECEIPT, resealed(body, input_hash=digest(b"never stored")), attempt, 3)
+
+
+def _result_disagrees(store: Registry, attempt: str, newest: ManifestEntry) -> ManifestEntry:
+    body = receipt_of(store, newest)
+    return forge(store, Role.GRADER_RECEIPT, resealed(body, grader_version="9"), attempt, 3)
+
+
+def _generation_gap(store: Registry, attempt: str, newest: ManifestEntry) -> ManifestEntry:
+    return forge(store, Role.GRADER_RECEIPT, store.get(newest.digest), attempt, 4)  # generation 3 skipped
+
+
+def _result_mismatch(store: Registry, attempt: str, newest: ManifestEntry) -> ManifestEntry:
+    first = next(e for e in store.entries(attempt_id=attempt) if e.role == Role.GRADER_RESULT and e.generation == 1)
+    return forge(store, Role.GRADER_RESULT, store.get(first.digest), attempt, 3)  # no receipt seals it
+
+
+def _unreadable(store: Registry, attempt: str, newest: ManifestEntry) -> ManifestEntry:
+    return forge(store, Role.GRADER_RECEIPT, b"this is not a receipt", attempt, 3)
+
+
+def _profile_missing(store: Registry, attempt: str, newest: ManifestEntry) -> ManifestEntry:
+    body = receipt_of(store, newest)
+    return forge(store, Role.GRADER_RECEIPT, resealed(body, sandbox_profile=digest(b"no such profile")), attempt, 3)
+
+
+FORGERIES = {
+    "receipt-seal-broken": _seal_broken, "receipt-misfiled": _misfiled,
+    "receipt-artifact-missing": _artifact_missing, "receipt-result-disagrees": _result_disagrees,
+    "generation-gap": _generation_gap, "receipt-result-mismatch": _result_mismatch,
+    "receipt-unreadable": _unreadable, "sandbox-profile-missing": _profile_missing,
+}
+
+
+@pytest.mark.parametrize("kind", list(FORGERIES))
+def test_doctor_names_each_forged_but_well_addressed_receipt(regraded: dict, tmp_path: Path,  # type: ignore[type-arg]
+                                                             kind: str) -> None:
+    """Attack: a writer with registry access appends a receipt or result that the store's own hashes accept
+    (stored under its digest, chained into the manifest) but that does not seal what it claims."""
+    store, attempt, newest = forged_copy(regraded, tmp_path)
+    forged = FORGERIES[kind](store, attempt, newest)
+    assert check_registry(store).clean  # the store itself sees nothing wrong: only the receipt audit can
+    assert receipt_findings(store) == {(kind, forged.seq)}
+
+
+def test_doctor_walks_every_generation_newest_first(regraded: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+    """Attack: a forged receipt generation hidden under a later, valid-looking one."""
+    store, attempt, newest = forged_copy(regraded, tmp_path)
+    forged = _seal_broken(store, attempt, newest)
+    forge(store, Role.GRADER_RECEIPT, store.get(newest.digest), attempt, 4)  # the valid receipt again, on top
+    assert receipt_findings(store) == {("receipt-seal-broken", forged.seq)}
+    doctor = tribunal("doctor", "--registry", store.url, "--json", env=regraded["env"])
     assert doctor.returncode == 1
-    assert ("receipt-unreadable", first.seq) in findings  # the superseded generation was audited too
-    assert ("object-corrupt", None) in findings
+    assert [(f["kind"], f["seq"]) for f in json.loads(doctor.stdout)["findings"]] == [
+        ("receipt-seal-broken", forged.seq)]
 
 
 RECEIPT_FIELDS = ["attempt_id", "grader_profile", "grader_id", "grader_version", "required", "passed",
@@ -148,23 +230,14 @@ RECEIPT_FIELDS = ["attempt_id", "grader_profile", "grader_id", "grader_version",
 
 @pytest.mark.parametrize("field", RECEIPT_FIELDS)
 def test_doctor_fails_after_any_receipt_field_is_flipped(regraded: dict, tmp_path: Path, field: str) -> None:  # type: ignore[type-arg]
-    """Attack: any single receipt field edited in the store."""
-    import shutil
-
-    from registry._objects import object_key
-
-    copy = tmp_path / "registry"
-    shutil.copytree(regraded["registry"], copy)
-    store = Registry.open(str(copy))
-    target = store.entries(role=Role.GRADER_RECEIPT)[-1]
-    body = json.loads(store.get(target.digest))
+    """Attack: any single receipt field edited, the edited receipt stored and appended as the next generation."""
+    store, attempt, newest = forged_copy(regraded, tmp_path)
+    body = receipt_of(store, newest)
     value = body[field]
     body[field] = ((not value) if isinstance(value, bool)
                    else ("sha256:" + "0" * 64 if str(value).startswith("sha256:") else value + "x"))
-    (copy / object_key(target.digest)).write_text(json.dumps(body))
-    doctor = tribunal("doctor", "--registry", str(copy), "--json", env=regraded["env"])
-    findings = json.loads(doctor.stdout)["findings"]
-    assert doctor.returncode == 1 and any(f["digest"] == target.digest for f in findings)
+    forged = forge(store, Role.GRADER_RECEIPT, canonical_json(body), attempt, 3)
+    assert ("receipt-seal-broken", forged.seq) in receipt_findings(store)
 
 
 def test_failures_are_labelled_by_the_earliest_failed_gate(regraded: dict) -> None:  # type: ignore[type-arg]

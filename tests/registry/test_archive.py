@@ -28,12 +28,14 @@ def test_same_tree_same_bytes_whatever_mtimes_and_creation_order(tmp_path: Path)
     assert archive_tree(tmp_path / "a") == archive_tree(tmp_path / "b")
 
 
-def test_git_metadata_is_excluded(tmp_path: Path) -> None:
-    make_tree(tmp_path / "a", ["x.py"])
-    make_tree(tmp_path / "b", ["x.py", ".git/HEAD", "sub/.git"])
-    (tmp_path / "b" / "sub" / ".git").unlink()
-    (tmp_path / "b" / "sub").rmdir()
+def test_git_metadata_is_excluded_at_any_depth(tmp_path: Path) -> None:
+    """A nested ``.git`` (a file, as in a submodule or worktree, or a directory) never reaches the snapshot."""
+    make_tree(tmp_path / "a", ["x.py", "sub/y.py", "deep/er/z.py"])
+    make_tree(tmp_path / "b", ["x.py", ".git/HEAD", "sub/y.py", "sub/.git", "deep/er/z.py", "deep/er/.git/config"])
+    assert (tmp_path / "b" / "sub" / ".git").is_file() and (tmp_path / "b" / "deep" / "er" / ".git").is_dir()
     assert archive_tree(tmp_path / "a") == archive_tree(tmp_path / "b")
+    with tarfile.open(fileobj=io.BytesIO(archive_tree(tmp_path / "b"))) as archive:
+        assert not [name for name in archive.getnames() if ".git" in name.split("/")]
 
 
 def test_executable_bit_is_kept(tmp_path: Path) -> None:

@@ -132,3 +132,12 @@ def test_unreadable_commit(store_url: str, raw) -> None:  # type: ignore[no-unty
     registry = build(store_url)
     raw(registry).write(commit_key(3), b"not parquet")
     assert "commit-unreadable" in kinds(registry)
+
+
+def test_unreadable_segment(store_url: str, raw, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Attack: a compacted segment replaced by garbage, so a reader would trip over it; doctor names it."""
+    monkeypatch.setattr(manifest_module, "SEGMENT_COMMITS", 2)
+    registry = build(store_url)
+    raw(registry).write(segment_key(0, 1), b"not parquet")
+    findings = check_registry(Registry.open(store_url)).findings
+    assert [(f.kind, f.version) for f in findings] == [("segment-unreadable", 0)]

@@ -4,7 +4,9 @@ real judge processes."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +40,7 @@ def chat_judge(tmp_path: Path, server: JudgeServer) -> JudgeConfig:
     server.requests.clear()
     return JudgeConfig(judge_id="reviewer", version="1", adapter="openai-chat", provider="local", model="judge-7b",
                        rubric=str(rubric), rubric_sha256=hashlib.sha256(rubric.read_bytes()).hexdigest(),
-                       endpoint=server.url, api_key_env="TEST_JUDGE_KEY", timeout_s=2, max_response_bytes=4096)
+                       endpoint=server.url, api_key_env="TEST_JUDGE_KEY", timeout_s=30, max_response_bytes=4096)
 
 
 def ask(config: JudgeConfig, bench: Workbench) -> tuple[bool, str | None]:
@@ -76,14 +78,37 @@ def test_a_passing_and_a_failing_verdict(chat_judge: JudgeConfig, server: JudgeS
     (Script(body=json.dumps({"model": "judge-7b", "choices": [
         {"message": {"content": '{"passed": true, "score": 1e999}'}}]}).encode()), "malformed"),
     (Script(extra_bytes=10000), "oversized"),
-    (Script(delay_s=3), "timeout"),
-    (Script(status=302, body=b""), "http-status"),
 ])
 def test_every_bad_reply_fails_closed_with_its_class(chat_judge: JudgeConfig, server: JudgeServer, bench: Workbench,
                                                      script: Script, failure: str) -> None:
     """Attack: a judge endpoint that errors, babbles, stalls, floods or impersonates another model."""
     server.script = script
     assert ask(chat_judge, bench) == (False, failure)
+
+
+def test_a_stalling_endpoint_times_out(chat_judge: JudgeConfig, server: JudgeServer, bench: Workbench) -> None:
+    """Attack: a judge endpoint that never answers in time."""
+    server.script = Script(delay_s=4)
+    assert ask(chat_judge.model_copy(update={"timeout_s": 1}), bench) == (False, "timeout")
+
+
+@pytest.mark.parametrize("status", [500, 401, 404, 503])
+def test_an_error_body_is_never_recorded(chat_judge: JudgeConfig, server: JudgeServer, bench: Workbench,
+                                         status: int) -> None:
+    """Attack: a judge endpoint that answers an error whose body carries secrets, hoping they reach the record."""
+    server.script = Script(status=status, body=b'{"error": "stack trace: JUDGE_SECRET_TOKEN at /srv/app.py"}')
+    reply = dispatch(chat_judge, judge_policy(chat_judge), SCORING, BLINDED, bench)
+    assert (reply.passed, reply.failure, reply.reply) == (False, "http-status", b"")
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_is_never_followed(chat_judge: JudgeConfig, server: JudgeServer, bench: Workbench,
+                                      status: int) -> None:
+    """Attack: a judge endpoint that redirects, so the blinded candidate (or the API key) goes elsewhere."""
+    with judge_server() as elsewhere:
+        server.script = Script(status=status, location=elsewhere.url + "/chat/completions", body=b"")
+        assert ask(chat_judge, bench) == (False, "http-status")
+        assert elsewhere.requests == [] and len(server.requests) == 1
 
 
 def test_an_unreachable_endpoint_is_a_connection_failure(chat_judge: JudgeConfig, bench: Workbench) -> None:
@@ -103,7 +128,7 @@ def command_judge(tmp_path: Path, source: str) -> JudgeConfig:
     rubric.write_text("rubric\n")
     return JudgeConfig(judge_id="local", version="1", adapter="command", model="rules-1", rubric=str(rubric),
                        rubric_sha256=hashlib.sha256(rubric.read_bytes()).hexdigest(), path=str(judge),
-                       sha256=hashlib.sha256(judge.read_bytes()).hexdigest(), timeout_s=2, max_response_bytes=1000)
+                       sha256=hashlib.sha256(judge.read_bytes()).hexdigest(), timeout_s=30, max_response_bytes=1000)
 
 
 def test_a_command_judge_reads_exactly_the_judge_input(tmp_path: Path, bench: Workbench) -> None:
@@ -121,13 +146,18 @@ def test_a_command_judge_reads_exactly_the_judge_input(tmp_path: Path, bench: Wo
     ("print('{\"passed\": 1}')\n", "no-verdict"),
     ("print('{\"passed\": false, \"passed\": true}')\n", "malformed"),
     ("print('{\"passed\": true, \"confidence\": NaN}')\n", "malformed"),
-    ("import time\ntime.sleep(30)\n", "timeout"),
     ("print('x' * 5000)\n", "oversized"),
 ])
 def test_a_command_judge_shares_the_grader_boundary(tmp_path: Path, bench: Workbench, source: str,
                                                     failure: str) -> None:
     config = command_judge(tmp_path, source)
     assert ask(config, bench) == (False, failure)
+
+
+def test_a_stalling_command_judge_times_out(tmp_path: Path, bench: Workbench) -> None:
+    """Attack: a command judge that never answers."""
+    config = command_judge(tmp_path, "import time\ntime.sleep(600)\n").model_copy(update={"timeout_s": 3})
+    assert ask(config, bench) == (False, "timeout")
 
 
 def test_a_command_judge_is_pinned_to_its_bytes(tmp_path: Path, bench: Workbench) -> None:
@@ -152,6 +182,17 @@ def test_a_command_judge_configured_through_a_symlink_is_unavailable(tmp_path: P
     assert ask(config, bench) == (False, "judge-unavailable")
 
 
-def test_the_adapter_digest_is_the_dispatch_module_source() -> None:
-    source = Path(sys.modules["tasks.judges"].__file__ or "").read_bytes()
-    assert "sha256:" + hashlib.sha256(source).hexdigest() == ADAPTER_DIGEST
+def test_the_adapter_digest_is_the_dispatch_module_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The digest is the adapter file's bytes (checked by coreutils' sha256sum, not by hashlib), and an
+    adapter changed by one byte records another digest."""
+    source = Path(sys.modules["tasks.judges"].__file__ or "")
+    summed = subprocess.run(["sha256sum", str(source)], capture_output=True, text=True, check=True).stdout.split()[0]
+    assert f"sha256:{summed}" == ADAPTER_DIGEST
+    edited = tmp_path / "judges.py"
+    edited.write_bytes(source.read_bytes() + b"\n")
+    spec = importlib.util.spec_from_file_location("edited_judges", edited)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "edited_judges", module)  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)
+    assert module.ADAPTER_DIGEST != ADAPTER_DIGEST

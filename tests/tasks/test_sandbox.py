@@ -13,7 +13,7 @@ import pytest
 from registry import SandboxConfig, SandboxProfile
 from tasks.execution.confine import Confined, run_confined
 from tasks.execution.sandbox import Exposure, Sandbox
-from tests.helpers import processes_with
+from tests.helpers import processes_with, watching
 
 PATH = os.environ.get("PATH", "")
 
@@ -78,10 +78,11 @@ def test_a_setsid_daemon_dies_with_the_sandbox(folders: tuple[Path, Path]) -> No
         "import os, subprocess, sys\n"
         f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}],"
         " start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-        "print('forked')\n"
+        "print('forked')\nimport time\ntime.sleep(1)  # the watcher sees the daemon before the sandbox ends\n"
     )
-    confined = run(folders, code)
-    assert confined.outcome.exit_code == 0 and not confined.escaped
+    with watching(marker) as seen:
+        confined = run(folders, code)
+    assert confined.outcome.exit_code == 0 and not confined.escaped and seen
     assert processes_with(marker) == []
 
 

@@ -31,6 +31,22 @@ def test_resolved_is_exactly_the_conjunction(harness: bool, succeeded: bool, pas
         assert verdict == "grader_failure"
 
 
+@pytest.mark.parametrize(("harness", "succeeded", "passed", "judges"),
+                         [(h, c, g, j) for h, c, g in itertools.product([True, False], repeat=3)
+                          for j in ([], [True], [False], [True, False], [True, True])])
+def test_every_judge_is_part_of_the_conjunction(harness: bool, succeeded: bool, passed: bool,
+                                                judges: list[bool]) -> None:
+    """Attack: a judge that says no must sink the attempt; a judge that says yes must never rescue it."""
+    verdict = terminal_class(harness_valid=harness, candidate_succeeded=succeeded, grader_results=[result(passed)],
+                             judges_passed=judges)
+    assert (verdict == "resolved") == (harness and succeeded and passed and all(judges))
+    if harness and succeeded and passed and not all(judges):
+        assert verdict == "judge_failure"
+    if not (harness and succeeded and passed):
+        assert verdict == terminal_class(harness_valid=harness, candidate_succeeded=succeeded,
+                                         grader_results=[result(passed)])  # the earlier failure keeps its class
+
+
 def test_a_lenient_grader_cannot_upgrade_a_failed_candidate() -> None:
     """Attack: a grader that always says yes must not rescue a crashed candidate."""
     assert terminal_class(harness_valid=True, candidate_succeeded=False,

@@ -1,0 +1,48 @@
+"""tribunal's own git work on a candidate's workspace (SPEC §11): candidate bytes never run outside the sandbox."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from registry import digest
+from tasks.execution.workbench import Workbench
+from tasks.execution.workspace import checkout, workspace_patch
+
+
+def _planted_program(path: Path, marker: Path, label: str) -> str:
+    """An executable that leaves ``label`` in ``marker`` (on the host) and passes its stdin through."""
+    path.write_text(f"#!/bin/sh\necho {label} >> '{marker}'\ncat\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_git_settings_planted_in_the_workspace_never_run(tmp_path: Path, snapshot: bytes, bench: Workbench) -> None:
+    """Attack: a candidate plants fsmonitor, diff.external, a clean filter, textconv, hooks and a HOME gitconfig
+    in its workspace so that tribunal's unsandboxed ``git add``/``git diff`` runs its program."""
+    marker = tmp_path / "host-marker"
+    made = checkout(digest(snapshot), lambda: snapshot, tmp_path / "attempt", bench)
+    work = made.workspace
+    tools = work / ".tools"
+    tools.mkdir()
+    run = {label: _planted_program(tools / label, marker, label)
+           for label in ("fsmonitor", "external", "clean", "textconv", "hook", "home")}
+    settings = (f'[core]\n\tfsmonitor = {run["fsmonitor"]}\n\thooksPath = {tools}\n'
+                f'[diff]\n\texternal = {run["external"]}\n'
+                f'[filter "evil"]\n\tclean = {run["clean"]}\n\tsmudge = {run["clean"]}\n\trequired = true\n'
+                f'[diff "evil"]\n\ttextconv = {run["textconv"]}\n\tcommand = {run["external"]}\n')
+    (work / ".git" / "config").write_text((work / ".git" / "config").read_text() + settings)
+    (work / ".git" / "hooks").mkdir(exist_ok=True)
+    for hook in ("pre-commit", "post-index-change", "fsmonitor-watchman", "pre-auto-gc"):
+        _planted_program(work / ".git" / "hooks" / hook, marker, "hook")
+    (work / ".gitconfig").write_text(f'[filter "evil"]\n\tclean = {run["home"]}\n[core]\n\tfsmonitor = {run["home"]}\n')
+    (work / ".config" / "git").mkdir(parents=True)
+    (work / ".config" / "git" / "config").write_text((work / ".gitconfig").read_text())
+    (work / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    (work / "value.txt").write_text("new\n")
+    (work / "added.txt").write_text("a new file\n")
+
+    patch = workspace_patch(made, max_bytes=1 << 20)
+
+    assert not marker.exists(), marker.read_text()
+    assert b"+new" in patch and b"added.txt" in patch  # the diff itself was made, and made without the planted tools
