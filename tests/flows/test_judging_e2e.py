@@ -277,3 +277,35 @@ def test_a_rejudge_killed_mid_call_is_refused_until_recovered(
     chain = [(e.digest, store.load(e.digest, Judgement)) for e in store.entries(attempt_id=interrupted[0])
              if e.role == Role.JUDGEMENT]
     assert [j.generation for _, j in chain] == [1, 2, 3] and chain_findings(chain) == []
+
+
+def test_rejudge_with_another_judge_never_runs_a_candidate(tmp_path: Path, server: JudgeServer,
+                                                           cli_env: dict[str, str]) -> None:
+    """Attack: a rejudge that re-executes candidates (a second, luckier run) instead of reading retained truth."""
+    server.script = Script(passed=True)
+    spec, config = judged_demo(tmp_path, server)
+    counter = tmp_path / "counter" / "invocations.log"
+    counter.parent.mkdir()
+    (spec.parent / "agents" / "count_then_run.py").write_text(
+        "import runpy, sys\n"
+        f"open({str(counter)!r}, 'a').write(sys.argv[1] + '\\n')\n"
+        "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+    spec.write_text(spec.read_text().replace(
+        'command = ["python3", "{experiment_dir}/agents/',
+        f'command = ["{sys.executable}", "{{experiment_dir}}/agents/count_then_run.py", "{{experiment_dir}}/agents/'))
+    review = config.read_text().split("[judges.review]")[1]
+    config.write_text(config.read_text() + f'\n[sandbox]\nread_write = ["{counter.parent}"]\n'
+                      + "\n[judges.second]" + review.replace('version = "1"', 'version = "2"'))
+    registry, _ = run(tmp_path, spec, config, cli_env)
+    ran = counter.read_text().count("\n")
+    assert ran == 8  # four command candidates x two cases; predictions run nothing
+    done = tribunal("rejudge", "--plan", str(tmp_path / "plan.json"), "--judge", "second", "--registry", registry,
+                    "--config", str(config), "--json", env=cli_env)
+    assert done.returncode == 0, done.stderr
+    assert counter.read_text().count("\n") == ran
+    summary = json.loads(done.stdout)
+    assert summary["judged"] == 10 and summary["judges"] == ["demo-reviewer@2"]
+    store = Registry.open(registry)
+    regenerated = [store.load(e.digest, Judgement) for e in store.entries(role=Role.JUDGEMENT) if e.generation == 2]
+    assert len(regenerated) == summary["judged"]
+    assert len({judgement.judge_policy_hash for judgement in regenerated}) == 1
