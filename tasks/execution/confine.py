@@ -4,7 +4,14 @@ The command line is ``[cgroup entry] prlimit ... bwrap --args FD -- argv``:
 
 * bwrap reads its options (environment included) from a memfd, so no
   pass-through secret ever appears on a host command line;
-* ``--unshare-all --die-with-parent --new-session --clearenv``: the program is
+* ``--unshare-all --unshare-user --cap-drop ALL``, uid and gid nobody: even
+  when tribunal runs as root, the program holds no capability, so it cannot
+  remount a read-only bind (a host path) writable or mount a cgroup to lift
+  its limits. Its files still belong to tribunal's uid on the host, and the
+  kernel answers some procfs writes by that uid alone, so ``/proc/sys`` and
+  the few other writable procfs trees are mounted read-only over its own
+  ``/proc`` (as container runtimes do);
+* ``--die-with-parent --new-session --clearenv``: the program is
   a child of pid 1 of its own pid namespace. Killing our process group (done
   by ``run_program`` at exit and timeout) kills that pid 1, and the kernel
   then kills everything else in the namespace -- ``setsid`` daemons included;
@@ -38,6 +45,8 @@ MIB = 1024 * 1024
 SURVIVOR_WAIT_S = 5.0
 """How long the namespace may take to die after its pid 1 was killed before it counts as an escape."""
 CPU_GRACE_S = 5
+SANDBOX_ID = "65534"
+"""The program's uid and gid inside its user namespace: nobody, with no capability (not even in its own namespace)."""
 UNSET_PWD = ["/usr/bin/env", "-u", "PWD"]
 """bwrap always exports PWD after --chdir; the environment must be exactly what SPEC §5 gives the program."""
 LIMIT_SIGNALS = {signal.SIGXFSZ: "file-size", signal.SIGXCPU: "cpu-time"}
@@ -89,7 +98,8 @@ class _PidsCgroup:
 
 
 def _bwrap_options(sandbox: Sandbox, workspace: Path, io: Path, env: dict[str, str], status_fd: int) -> list[str]:
-    options = ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--json-status-fd", str(status_fd)]
+    options = ["--unshare-all", "--unshare-user", "--uid", SANDBOX_ID, "--gid", SANDBOX_ID, "--cap-drop", "ALL",
+               "--die-with-parent", "--new-session", "--clearenv", "--json-status-fd", str(status_fd)]
     if sandbox.exposure.network == "host":
         options.append("--share-net")
     for name, value in env.items():

@@ -37,6 +37,8 @@ ETC_FILES = (
     "/etc/mime.types",
 )
 """What ordinary programs read from /etc (libc, name service, TLS roots, time zone); never shadow files."""
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+"""procfs files the kernel lets a uid-0-owned process write without any capability: read-only in every sandbox."""
 WORKSPACE = "/workspace"
 IO_DIR = "/tribunal"
 TMP = "/tmp"
@@ -169,7 +171,9 @@ class Sandbox:
     @cached_property
     def mounts(self) -> list[Mount]:
         """Every mount, in order; per-run folders appear under neutral names."""
-        own = [Mount(path=TMP, kind="tmpfs"), Mount(path="/proc", kind="proc"), Mount(path="/dev", kind="dev")]
+        own = [Mount(path=TMP, kind="tmpfs"), Mount(path="/proc", kind="proc"),
+               *(Mount(path=path, kind="ro") for path in PROC_READ_ONLY if os.path.exists(path)),
+               Mount(path="/dev", kind="dev")]
         neutral = [Mount(path=WORKSPACE, kind="rw", source="workspace"),
                    Mount(path=IO_DIR, kind="rw" if self.role == "candidate" else "ro", source="io")]
         return self._system + own + self._declared + neutral

@@ -176,3 +176,22 @@ def test_a_cpu_burner_hits_the_cpu_limit(folders: tuple[Path, Path]) -> None:
     """Attack: spin the CPU for the whole timeout; the CPU-time limit ends it and names itself."""
     confined = run(folders, "while True:\n    pass\n", settings=SandboxConfig(cpu_s=1), timeout_s=60)
     assert confined.limit == "cpu-time" and confined.outcome.duration_s < 30
+
+
+def test_no_capability_can_remount_a_host_path_or_write_kernel_settings(folders: tuple[Path, Path],
+                                                                         tmp_path: Path) -> None:
+    """Attack: as root, remount a read-only host path writable (plant code in the grader's Python), mount a
+    pids cgroup to lift the process limit, or write /proc/sys (kernel.core_pattern runs a program as host root)."""
+    shown = tmp_path / "agent"
+    shown.mkdir()
+    code = (
+        "import subprocess\n"
+        f"for command in ['mount -o remount,rw,bind {shown} {shown}', 'touch {shown}/planted',"
+        " 'mkdir -p /tmp/cg && mount -t cgroup -o pids none /tmp/cg',"
+        " 'cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern']:\n"
+        "    print(subprocess.run(command, shell=True, capture_output=True).returncode)\n"
+        "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])\n"
+    )
+    lines = run(folders, code, exposure=Exposure(read_only=(str(shown),))).outcome.stdout.decode().split()
+    assert "0" not in lines[:4]
+    assert int(lines[4], 16) == 0 and not (shown / "planted").exists()
