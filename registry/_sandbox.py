@@ -51,13 +51,15 @@ class Mount(Strict):
 
 
 class Limits(Strict):
-    """Resource limits, and what enforces the process limit (a pids cgroup, an rlimit, or nothing)."""
+    """Resource limits, and what enforces the process and memory limits (a cgroup, an rlimit, or nothing)."""
 
     memory_mb: int
     max_processes: int
     max_file_mb: int
     cpu_s: int
     process_limit: Literal["cgroup", "rlimit", "none"]
+    memory_limit: Literal["cgroup", "rlimit"]
+    """``cgroup``: memory_mb bounds the sandbox's processes together; ``rlimit``: each process alone."""
     patch_max_bytes: int | None = None
 
 

@@ -16,8 +16,9 @@ The command line is ``[cgroup entry] prlimit ... bwrap --args FD -- argv``:
   by ``run_program`` at exit and timeout) kills that pid 1, and the kernel
   then kills everything else in the namespace -- ``setsid`` daemons included;
 * limits are rlimits set by ``prlimit`` before bwrap starts (memory as
-  address space, file size, CPU time), and processes either by RLIMIT_NPROC
-  or, as root, by a pids cgroup the wrapper enters before exec;
+  address space per process, file size, CPU time), and processes either by
+  RLIMIT_NPROC or, as root, by a pids cgroup the wrapper enters before exec,
+  with a memory cgroup for the sandbox's total where the controller can be used;
 * bwrap reports the host pid of the namespace's pid 1 on a status pipe; after
   the run, tribunal waits until that process is gone (or a zombie, which the
   kernel makes it only after every process of the namespace has exited)
@@ -39,7 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from tasks.execution.process import ProcessOutcome, run_program
-from tasks.execution.sandbox import HOME, PIDS_CGROUP, Sandbox, process_limit_method
+from tasks.execution.sandbox import (
+    HOME,
+    MEMORY_CGROUP,
+    PIDS_CGROUP,
+    Sandbox,
+    memory_limit_method,
+    process_limit_method,
+)
 
 MIB = 1024 * 1024
 SURVIVOR_WAIT_S = 5.0
@@ -68,33 +76,54 @@ def _tool(name: str) -> str:
     return found
 
 
-class _PidsCgroup:
-    """A pids cgroup (v1) for one sandbox: its limit, whether it was reached, its removal."""
+class _Cgroups:
+    """The v1 cgroups of one sandbox (tribunal as root): pids, and memory for the sandbox as a whole.
 
-    def __init__(self, limit: int) -> None:
-        self.path = PIDS_CGROUP / "tribunal" / uuid.uuid4().hex
-        self.path.mkdir(parents=True)
-        (self.path / "pids.max").write_text(str(limit))
+    RLIMIT_AS bounds each process; without the memory cgroup, many processes
+    could still take the machine's memory between them.
+    """
+
+    def __init__(self, max_processes: int, memory_mb: int) -> None:
+        name = uuid.uuid4().hex
+        self.pids = PIDS_CGROUP / "tribunal" / name
+        self.pids.mkdir(parents=True)
+        (self.pids / "pids.max").write_text(str(max_processes))
+        self.memory = MEMORY_CGROUP / "tribunal" / name if memory_limit_method() == "cgroup" else None
+        if self.memory is not None:
+            self.memory.mkdir(parents=True)
+            (self.memory / "memory.limit_in_bytes").write_text(str(memory_mb * MIB))
 
     def entry(self) -> list[str]:
-        """A shell that moves itself into the cgroup, then execs the rest: nothing forks outside it."""
-        return [_tool("sh"), "-c", 'echo 0 > "$0" && exec "$@"', str(self.path / "cgroup.procs")]
+        """A shell that moves itself into the cgroups, then execs the rest: nothing forks outside them."""
+        memory = self.memory or self.pids
+        return [_tool("sh"), "-c", 'echo 0 > "$0" && echo 0 > "$1" && shift && exec "$@"',
+                str(self.pids / "cgroup.procs"), str(memory / "cgroup.procs")]
 
-    def close(self) -> tuple[bool, bool]:
-        """(limit reached, emptied); waits for the last process to leave, then removes the cgroup.
+    def close(self) -> tuple[str | None, bool]:
+        """(the limit reached, if any; emptied): waits for the last process to leave, then removes the cgroups.
 
         Emptiness is read from ``cgroup.procs``, not ``pids.current``: the
         kernel releases a dead namespace's last pid charge up to a second or
         two after every process has gone.
         """
-        reached = (self.path / "pids.events").read_text().split()[-1] != "0"
+        reached = "processes" if (self.pids / "pids.events").read_text().split()[-1] != "0" else None
+        if self.memory is not None and _oom_kills(self.memory) > 0:
+            reached = "memory"
         deadline = time.monotonic() + SURVIVOR_WAIT_S
-        while (emptied := not (self.path / "cgroup.procs").read_text().strip()) is False:
+        while (self.pids / "cgroup.procs").read_text().strip():
             if time.monotonic() > deadline:
                 return reached, False
             time.sleep(0.005)
-        self.path.rmdir()
-        return reached, emptied
+        for path in (self.pids, self.memory):
+            if path is not None:
+                path.rmdir()
+        return reached, True
+
+
+def _oom_kills(memory: Path) -> int:
+    """How many processes the kernel killed for the cgroup's memory limit (``oom_kill`` of memory.oom_control)."""
+    fields = dict(line.split() for line in (memory / "memory.oom_control").read_text().splitlines() if line.strip())
+    return int(fields.get("oom_kill", 0))
 
 
 def _bwrap_options(sandbox: Sandbox, workspace: Path, io: Path, env: dict[str, str], status_fd: int) -> list[str]:
@@ -166,7 +195,8 @@ def run_confined(
                                     max_output_bytes=max_output_bytes, merge_stderr=merge_stderr, slot=slot))
     status_read, status_write = os.pipe()
     arguments = os.memfd_create("bwrap-args")
-    cgroup = _PidsCgroup(sandbox.settings.max_processes) if process_limit_method() == "cgroup" else None
+    settings = sandbox.settings
+    cgroup = _Cgroups(settings.max_processes, settings.memory_mb) if process_limit_method() == "cgroup" else None
     try:
         options = _bwrap_options(sandbox, workspace, io, env, status_write)
         os.write(arguments, b"".join(option.encode() + b"\0" for option in options))
@@ -184,7 +214,7 @@ def run_confined(
             status = os.read(status_read, 65536)
         pid = _namespace_pid(status)
         escaped = pid is not None and not _wait_gone(pid)
-        reached, emptied = cgroup.close() if cgroup else (False, True)
+        reached, emptied = cgroup.close() if cgroup else (None, True)
         cgroup = None
     finally:
         for fd in (status_read, status_write, arguments):
@@ -194,7 +224,7 @@ def run_confined(
             cgroup.close()
     if pid is None and outcome.spawn_error is None:
         outcome = replace(outcome, spawn_error="the sandbox could not be set up")
-    limit = "processes" if reached else _signal_limit(outcome) or _full_file(outcome, workspace, sandbox)
+    limit = reached or _signal_limit(outcome) or _full_file(outcome, workspace, sandbox)
     return Confined(outcome, limit=limit, escaped=escaped or not emptied)
 
 

@@ -45,6 +45,7 @@ TMP = "/tmp"
 HOME = "/tmp/home"
 NAMESPACES = ("user", "mount", "pid", "ipc", "uts", "cgroup", "net")
 PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
+MEMORY_CGROUP = Path("/sys/fs/cgroup/memory")
 
 
 class SandboxUnavailable(TribunalError):
@@ -99,6 +100,14 @@ def process_limit_method() -> Literal["cgroup", "rlimit", "none"]:
     if os.geteuid() != 0:
         return "rlimit"
     return "cgroup" if os.access(PIDS_CGROUP, os.W_OK) else "none"
+
+
+@lru_cache(maxsize=1)
+def memory_limit_method() -> Literal["cgroup", "rlimit"]:
+    """How memory is bounded: per process always (RLIMIT_AS), and for the whole sandbox by a memory cgroup
+    when tribunal runs as root, its pids cgroup is in use and the v1 memory controller is writable."""
+    usable = process_limit_method() == "cgroup" and os.access(MEMORY_CGROUP, os.W_OK)
+    return "cgroup" if usable else "rlimit"
 
 
 @lru_cache(maxsize=1)
@@ -191,7 +200,7 @@ class Sandbox:
             network=self.exposure.network, mounts=self.mounts, env=sorted(self.env_names),
             limits=Limits(memory_mb=settings.memory_mb, max_processes=settings.max_processes,
                           max_file_mb=settings.max_file_mb, cpu_s=settings.cpu_s,
-                          process_limit=process_limit_method(),
+                          process_limit=process_limit_method(), memory_limit=memory_limit_method(),
                           patch_max_bytes=settings.patch_max_bytes if self.role == "candidate" else None),
         )
 

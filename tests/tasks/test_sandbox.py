@@ -12,7 +12,7 @@ import pytest
 
 from registry import SandboxConfig, SandboxProfile
 from tasks.execution.confine import Confined, run_confined
-from tasks.execution.sandbox import Exposure, Sandbox
+from tasks.execution.sandbox import Exposure, Sandbox, memory_limit_method
 from tests.helpers import processes_with, watching
 
 PATH = os.environ.get("PATH", "")
@@ -195,3 +195,21 @@ def test_no_capability_can_remount_a_host_path_or_write_kernel_settings(folders:
     lines = run(folders, code, exposure=Exposure(read_only=(str(shown),))).outcome.stdout.decode().split()
     assert "0" not in lines[:4]
     assert int(lines[4], 16) == 0 and not (shown / "planted").exists()
+
+
+@pytest.mark.skipif(memory_limit_method() != "cgroup", reason="the sandbox-wide memory cgroup needs root and cgroup v1")
+def test_many_processes_cannot_share_out_more_memory_than_the_sandbox_has(folders: tuple[Path, Path]) -> None:
+    """Attack: stay under the per-process limit in each of many processes and take the machine's memory together."""
+    code = (
+        "import os, time\n"
+        "for _ in range(6):\n"
+        "    if os.fork() == 0:\n"
+        "        hoard = bytearray(150 * 1024 * 1024)\n"
+        "        for i in range(0, len(hoard), 4096):\n"
+        "            hoard[i] = 1\n"
+        "        time.sleep(30)\n"
+        "        os._exit(0)\n"
+        "time.sleep(8)\n"
+    )
+    confined = run(folders, code, settings=SandboxConfig(memory_mb=256), timeout_s=60)
+    assert confined.limit == "memory" and not confined.escaped
