@@ -126,7 +126,7 @@ class TerminalEvidence(OmitNone):
     cost_usd: float | None
     reason: str | None = None
     limit: str | None = None
-    """The sandbox limit the run hit (``processes``, ``memory``, ``file-size``, ``cpu-time``, ``patch-size``), if any."""
+    """The sandbox limit the run hit, if any: ``processes``, ``memory``, ``file-size``, ``cpu-time``, ``patch-size``."""
 
 
 class CandidateResult(OmitNone):
