@@ -70,6 +70,8 @@ class CandidateRun:
             "model": [v for v in (self.contract.planned_model, observed.model) if v],
             "session_id": list(self.terminal.session_ids),
             "cost": [] if self.terminal.cost_usd is None else [repr(self.terminal.cost_usd)],
+            # The attempt id can be derived from plan.json: printed into a transcript or patch, it unblinds.
+            "attempt_id": [self.contract.attempt_id.removeprefix("sha256:")],
         }
 
 
