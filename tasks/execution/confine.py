@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import time
 import uuid
 from contextlib import AbstractContextManager
@@ -231,7 +232,25 @@ def run_confined(
     if pid is None and outcome.spawn_error is None:
         outcome = replace(outcome, spawn_error="the sandbox could not be set up")
     limit = reached or _signal_limit(outcome) or _full_file(outcome, workspace, sandbox)
+    for shared in sandbox.exposure.read_write:
+        _strip_setid(Path(shared))
     return Confined(outcome, limit=limit, escaped=escaped or not emptied)
+
+
+def _strip_setid(root: Path) -> None:
+    """Clear setuid/setgid bits a program left in a host path it could write.
+
+    Its files belong to tribunal's uid on the host (root, when tribunal runs
+    as root), so a setuid file left in a shared cache would run as that uid
+    for anyone who can reach the cache. The workspace needs no sweep: it
+    lives in tribunal's private scratch and the patch keeps no such bits.
+    """
+    for folder, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(folder, name)
+            mode = os.lstat(path).st_mode
+            if mode & (stat.S_ISUID | stat.S_ISGID) and not stat.S_ISLNK(mode):
+                os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
 
 
 def _signal_limit(outcome: ProcessOutcome) -> str | None:
