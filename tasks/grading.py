@@ -12,14 +12,13 @@ judges.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from registry import Config, GraderInput, GraderProfile, GraderReceipt, GraderResult, canonical_json, digest
 from tasks.execution.boundary import check_pinned_file, file_sha256, read_verdict, run_pinned
 from tasks.execution.sandbox import Exposure, Sandbox
-from tasks.execution.workbench import Workbench
+from tasks.execution.workbench import Workbench, scratch_dir
 from tasks.execution.workspace import Snapshot, WorkspaceError, apply_patch, plain_copy
 from tasks.sealing import seal_receipt
 
@@ -57,7 +56,7 @@ def grader_sandbox(config: Config, profile_name: str, profile: GraderProfile) ->
 
 def _run_grader(profile: GraderProfile, sandbox: Sandbox, input_bytes: bytes, snapshot_digest: str,
                 snapshot: Snapshot, patch: bytes, bench: Workbench) -> tuple[bytes, bool, str | None]:
-    with tempfile.TemporaryDirectory(prefix="grade-", dir=bench.scratch) as tmp:
+    with scratch_dir(bench, "grade-") as tmp:
         workspace = Path(tmp) / "workspace"
         plain_copy(snapshot_digest, snapshot, workspace, bench)
         try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +26,7 @@ from registry import JudgeConfig, JudgeFailure, JudgePolicy, SandboxConfig, dige
 from tasks.blinding import chat_request, judge_input
 from tasks.execution.boundary import RefusalKind, file_sha256, read_verdict, run_pinned
 from tasks.execution.sandbox import Exposure, Sandbox
-from tasks.execution.workbench import Workbench
+from tasks.execution.workbench import Workbench, scratch_dir
 
 ADAPTER_DIGEST = digest(Path(__file__).read_bytes())
 CHUNK = 65536
@@ -146,7 +145,7 @@ def _command(config: JudgeConfig, policy: JudgePolicy, scoring_id: str, blinded:
         return False, "judge-unavailable", b""
     path = Path(config.path)
     sandbox = Sandbox(settings, "judge", Exposure(read_only=tuple(settings.read_only)), ("PATH",))
-    with tempfile.TemporaryDirectory(prefix="judge-", dir=bench.scratch) as tmp:
+    with scratch_dir(bench, "judge-") as tmp:
         workspace = Path(tmp) / "workspace"
         workspace.mkdir()
         outcome, refused = run_pinned(path, config.sha256, "judge", sandbox, workspace=workspace,

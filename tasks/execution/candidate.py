@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from registry._predictions import parse_predictions
 from tasks.execution.confine import Confined, run_confined
 from tasks.execution.process import ProcessOutcome, utc_timestamp
 from tasks.execution.sandbox import Exposure, Layout, Sandbox
-from tasks.execution.workbench import Workbench
+from tasks.execution.workbench import Workbench, scratch_dir
 from tasks.execution.workspace import (
     Checkout,
     PatchTooLarge,
@@ -170,7 +169,7 @@ def execute_candidate(
 ) -> CandidateRun:
     """Run one attempt's candidate in its sandbox on a fresh workspace and collect its evidence."""
     prompt = registry.get(contract.prompt_hash)
-    with tempfile.TemporaryDirectory(prefix="attempt-", dir=bench.scratch) as tmp:
+    with scratch_dir(bench, "attempt-") as tmp:
         root = Path(tmp)
         case = checkout(contract.snapshot_digest, lambda: registry.get(contract.snapshot_digest), root, bench)
         if candidate.kind == "predictions":

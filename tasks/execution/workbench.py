@@ -19,6 +19,7 @@ import fcntl
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
 import threading
 import time
@@ -62,6 +63,29 @@ class Workbench:
         return 2 * self.concurrency
 
 
+def remove_tree(path: Path) -> None:
+    """Remove a folder a program may have filled, however deep.
+
+    ``shutil.rmtree`` recurses once per directory level, so a candidate that
+    nests folders deeper than Python's recursion limit would crash tribunal
+    and leave its unredacted workspace behind; ``rm -rf`` has no such limit.
+    """
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=False, capture_output=True)
+
+
+@contextmanager
+def scratch_dir(bench: Workbench, prefix: str) -> Iterator[Path]:
+    """A fresh folder in the workbench's scratch for one program's run, removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=bench.scratch))
+    try:
+        yield path
+    finally:
+        remove_tree(path)
+
+
 def scratch_root() -> Path:
     """The one folder (mode 0700, this user's) under which every workbench keeps its scratch."""
     root = Path(tempfile.gettempdir()) / f"tribunal-scratch-{os.getuid()}"
@@ -86,7 +110,7 @@ def _reap(root: Path) -> None:
             handle = os.open(scratch / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
         except OSError:
             if time.time() - os.lstat(scratch).st_mtime > UNLOCKED_GRACE_S:
-                shutil.rmtree(scratch, ignore_errors=True)
+                remove_tree(scratch)
             continue
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -94,7 +118,7 @@ def _reap(root: Path) -> None:
             continue
         finally:
             os.close(handle)
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)
 
 
 def _locked_scratch(prefix: str) -> tuple[Path, int]:
@@ -115,7 +139,7 @@ def workbench(concurrency: int, prefix: str = "tribunal-") -> Iterator[Workbench
         slots = max(1, concurrency)
         yield Workbench(scratch, slots, threading.BoundedSemaphore(slots))
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)
         os.close(handle)
 
 
@@ -128,7 +152,7 @@ def process_workbench(concurrency: int) -> Workbench:
     with _process_lock:
         if concurrency not in _process_benches:
             scratch, _ = _locked_scratch("tribunal-worker-")
-            atexit.register(shutil.rmtree, scratch, True)
+            atexit.register(remove_tree, scratch)
             _process_benches[concurrency] = Workbench(Path(scratch), concurrency,
                                                       threading.BoundedSemaphore(concurrency))
         return _process_benches[concurrency]

@@ -162,7 +162,10 @@ def plain_copy(snapshot_digest: str, snapshot: Snapshot, target: Path, bench: Wo
 
 def workspace_patch(checkout: Checkout, max_bytes: int) -> bytes:
     """Return the binary diff of everything a run changed, new files included; PatchTooLarge past ``max_bytes``."""
-    stats = _stats(checkout.workspace)
+    try:
+        stats = _stats(checkout.workspace)
+    except RecursionError:
+        raise WorkspaceError("the workspace is nested too deep to read") from None
     if stats == checkout.baseline:
         return b""
     changed = sum(stat[0] for path, stat in stats.items() if checkout.baseline.get(path) != stat)

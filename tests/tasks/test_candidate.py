@@ -158,3 +158,17 @@ def test_a_case_without_a_prediction_is_a_candidate_failure(tmp_path: Path) -> N
     line = json.dumps({"instance_id": "another-case", "model_name_or_path": "model-1", "model_patch": PATCH})
     result = run(tmp_path, "", kind="predictions", predictions=line)
     assert not result.succeeded and result.reason == "no prediction" and result.patch == b""
+
+
+def test_a_workspace_nested_past_the_recursion_limit_is_a_failure_and_is_removed(tmp_path: Path) -> None:
+    """Attack: nest folders deeper than Python recurses, so walking or removing the workspace crashes tribunal
+    and leaves the unredacted workspace in scratch."""
+    agent = "for _ in range(2500):\n    os.mkdir('d')\n    os.chdir('d')\n"
+    registry, plan_path = setup_experiment(tmp_path, agent)
+    plan = load_plan(plan_path)
+    with workbench(1) as bench:
+        result = execute_candidate(make_contract(plan, next(plan.attempt_refs())), plan, plan.candidates[0], Config(),
+                                   registry, bench)
+        assert not result.succeeded and result.patch == b""
+        assert "could not be diffed" in (result.reason or "")
+        assert [p.name for p in bench.scratch.iterdir() if p.name.startswith("attempt-")] == []
