@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from registry import GraderProfile, canonical_json, digest, load_config
+from registry import Config, GraderProfile, canonical_json, digest, load_config
 from tasks.execution.workbench import Workbench
 from tasks.grading import Grading, grade
 from tasks.sealing import receipt_seal_holds
@@ -245,3 +245,23 @@ def test_a_non_zero_exit_fails_closed_even_with_passed_true(make_profile: MakePr
 def test_a_patch_that_does_not_apply_fails_closed(make_profile: MakeProfile, run_grade: RunGrade) -> None:
     broken = PATCH.replace("-old", "-something else")
     assert_failed_closed(run_grade(make_profile(PASS), patch=broken), "does not apply")
+
+
+def test_the_demo_grader_does_not_let_a_patch_rewrite_its_test_harness(make_profile: MakeProfile, bench: Workbench,
+                                                                        tmp_path: Path) -> None:
+    """Attack: leave the bug, add a conftest.py that turns every test report into a pass."""
+    from registry._archive import archive_tree
+    from tests.helpers import DEMO
+
+    snapshot = archive_tree(DEMO / "cases" / "off-by-one" / "repo")
+    cheat = ("diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
+             "@@ -0,0 +1,6 @@\n+import pytest\n+@pytest.hookimpl(hookwrapper=True)\n"
+             "+def pytest_runtest_makereport(item, call):\n+    outcome = yield\n"
+             "+    outcome.get_result().outcome = 'passed'\n+    outcome.get_result().longrepr = None\n")
+    profile = make_profile((DEMO / "graders" / "run_tests.py").read_text())
+    config = Config(grader_profiles={"checks": profile})
+    graded = grade(attempt_id=ATTEMPT, profile_name="checks", config=config,
+                   grader_input=grader_input(snapshot, cheat), snapshot=lambda: snapshot, patch=cheat.encode(),
+                   bench=bench)
+    assert graded.result.failure is None and not graded.result.passed
+    assert json.loads(graded.output_bytes)["files"] == ["conftest.py"]

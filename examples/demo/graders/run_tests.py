@@ -9,12 +9,27 @@ import json
 import subprocess
 import sys
 
+HARNESS = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py", "usercustomize.py")
+
+
+def harness_edits(patch):
+    """Files of the test harness the patch touches: a candidate must not grade itself by editing its tests."""
+    paths = {part[2:] for line in patch.splitlines() if line.startswith("diff --git ")
+             for part in line.split()[2:4]}
+    return sorted(path for path in paths if path.split("/")[-1] in HARNESS or path.split("/")[-1].startswith("test_")
+                  or "tests/" in path or path.endswith(".pth"))
+
+
 grader_input = json.load(sys.stdin)
 if not grader_input.get("candidate_succeeded", False):
     print(json.dumps({"passed": False, "reason": "candidate did not complete; nothing to test"}))
     raise SystemExit(0)
+edited = harness_edits(grader_input.get("patch", ""))
+if edited:
+    print(json.dumps({"passed": False, "reason": "the patch edits the test harness", "files": edited}))
+    raise SystemExit(0)
 run = subprocess.run(
-    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header"],
+    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", "--noconftest"],
     capture_output=True,
     text=True,
     timeout=90,
