@@ -1,6 +1,6 @@
 """Running one program inside its sandbox, and proving it is gone afterwards (SPEC §11). No Prefect here.
 
-The command line is ``[cgroup entry] prlimit ... bwrap --args FD -- argv``:
+The command line is ``sh -c 'enter cgroups; ulimit ...; exec "$@"' bwrap --args FD -- argv``:
 
 * bwrap reads its options (environment included) from a memfd, so no
   pass-through secret ever appears on a host command line;
@@ -15,7 +15,7 @@ The command line is ``[cgroup entry] prlimit ... bwrap --args FD -- argv``:
   a child of pid 1 of its own pid namespace. Killing our process group (done
   by ``run_program`` at exit and timeout) kills that pid 1, and the kernel
   then kills everything else in the namespace -- ``setsid`` daemons included;
-* limits are rlimits set by ``prlimit`` before bwrap starts (memory as
+* limits are rlimits set by the launching shell before bwrap starts (memory as
   address space per process, file size, CPU time), and processes either by
   RLIMIT_NPROC or, as root, by a pids cgroup the wrapper enters before exec,
   with a memory cgroup for the sandbox's total where the controller can be used;
@@ -95,17 +95,15 @@ class _Cgroups:
             self.memory.mkdir(parents=True)
             (self.memory / "memory.limit_in_bytes").write_text(str(memory_mb * MIB))
 
-    def entry(self) -> list[str]:
-        """A shell that moves itself into the cgroups, then execs the rest: nothing forks outside them.
+    def tasks(self) -> list[str]:
+        """The files the launcher writes to enter the cgroups (the memory one twice over when it has none).
 
-        It writes its ``tasks`` (one thread, itself), not ``cgroup.procs``:
+        ``tasks`` (one thread: the launcher itself), not ``cgroup.procs``:
         moving a whole thread group takes the kernel's global threadgroup
         lock (an RCU grace period, ~15 ms a program here); moving the current
         single-threaded process does not.
         """
-        memory = self.memory or self.pids
-        return [_tool("sh"), "-c", 'echo 0 > "$0" && echo 0 > "$1" && shift && exec "$@"',
-                str(self.pids / "tasks"), str(memory / "tasks")]
+        return [str(self.pids / "tasks"), str((self.memory or self.pids) / "tasks")]
 
     def close(self) -> tuple[str | None, bool]:
         """(the limit reached, if any; emptied): waits for the last process to leave, then removes the cgroups.
@@ -155,13 +153,22 @@ def _bwrap_options(sandbox: Sandbox, workspace: Path, io: Path, env: dict[str, s
     return [*options, "--chdir", sandbox.layout(workspace, io).workspace]
 
 
-def _prlimit(sandbox: Sandbox) -> list[str]:
+def _launcher(sandbox: Sandbox, cgroup: _Cgroups | None) -> list[str]:
+    """One shell that enters the cgroups (as root), sets the rlimits with its builtins and execs bwrap.
+
+    One exec before bwrap instead of a shell and ``prlimit``: every program a
+    run starts pays for it. Limits are set before anything of the program
+    exists, so nothing can fork out of them.
+    """
     settings = sandbox.settings
-    limits = [f"--as={settings.memory_mb * MIB}", f"--fsize={settings.max_file_mb * MIB}",
-              f"--cpu={settings.cpu_s}:{settings.cpu_s + CPU_GRACE_S}"]
+    steps = [f"ulimit -v {settings.memory_mb * 1024}", f"ulimit -f {settings.max_file_mb * 2048}",
+             f"ulimit -S -t {settings.cpu_s}", f"ulimit -H -t {settings.cpu_s + CPU_GRACE_S}"]
     if process_limit_method() == "rlimit":
-        limits.append(f"--nproc={settings.max_processes}")
-    return [_tool("prlimit"), *limits, "--"]
+        steps.append(f"ulimit -u {settings.max_processes}")
+    if cgroup is None:
+        return [_tool("sh"), "-c", " && ".join([*steps, 'exec "$@"']), "sh"]
+    return [_tool("sh"), "-c", " && ".join(['echo 0 > "$0"', 'echo 0 > "$1"', "shift", *steps, 'exec "$@"']),
+            *cgroup.tasks()]
 
 
 def _namespace_pid(status: bytes) -> int | None:
@@ -209,7 +216,7 @@ def run_confined(
         options = _bwrap_options(sandbox, workspace, io, env, status_write)
         os.write(arguments, b"".join(option.encode() + b"\0" for option in options))
         os.lseek(arguments, 0, os.SEEK_SET)
-        command = [*(cgroup.entry() if cgroup else []), *_prlimit(sandbox),
+        command = [*_launcher(sandbox, cgroup),
                    _tool("bwrap"), "--args", str(arguments), "--", *UNSET_PWD, *argv]
         outcome = run_program(command, cwd=workspace, env={}, stdin=stdin, timeout_s=timeout_s,
                               max_output_bytes=max_output_bytes, merge_stderr=merge_stderr, slot=slot,
