@@ -171,6 +171,17 @@ def _rate(value: float | None) -> str:
     return "undefined (no counted items)" if value is None else f"{value:.4f}"
 
 
+class CalibrationDomain(Strict):
+    """What a calibration set covers, so a passing gate is read for what it is (not a general warranty)."""
+
+    cases: list[str]
+    """Cases the case-and-patch items were drawn from."""
+    attempts: int
+    """How many items are retained attempts (their cases are in the registry, by attempt id)."""
+    strata: list[str]
+    release_version: str
+
+
 class CalibrationRecord(Strict):
     """What one calibration established, stored in the registry (role ``calibration-record``)."""
 
@@ -187,6 +198,8 @@ class CalibrationRecord(Strict):
     strata: dict[str, Tally]
     decision: GateDecision
     outcomes: list[Outcome]
+    domain: CalibrationDomain | None = None
+    """Absent on records made before the domain was recorded."""
 
 
 def calibration_record(*, subject: Literal["grader", "judge"], profile: str, grader_id: str, grader_version: str,
@@ -202,6 +215,12 @@ def calibration_record(*, subject: Literal["grader", "judge"], profile: str, gra
         subject=subject, profile=profile, grader_id=grader_id, grader_version=grader_version, sha256=sha256,
         set_digest=calibration_set.set_digest, provenance=calibration_set.provenance, gate=gate, overall=overall,
         strata=strata, decision=evaluate_gate(overall, strata, gate), outcomes=outcomes,
+        domain=CalibrationDomain(
+            cases=sorted({item.case for item in calibration_set.items if item.case is not None}),
+            attempts=sum(item.attempt is not None for item in calibration_set.items),
+            strata=sorted({item.stratum for item in calibration_set.items}),
+            release_version=calibration_set.provenance.release_version,
+        ),
     )
 
 

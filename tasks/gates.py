@@ -25,6 +25,7 @@ def _status(subject: str, found: tuple[str, CalibrationRecord] | None) -> dict[s
                 "failures": [f"calibration: {subject} has no calibration record of the bytes that graded"]}
     record_digest, record = found
     return {"status": "passed" if record.decision.passed else "failed", "record": record_digest,
+            "domain": record.domain.model_dump(mode="json") if record.domain else None,
             "failures": [f"calibration of {subject}: {failure}" for failure in record.decision.failures]}
 
 

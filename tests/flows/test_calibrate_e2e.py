@@ -68,6 +68,8 @@ def test_a_failing_safety_stratum_fails_the_gate_and_is_recorded(demo: dict[str,
     assert (record.grader_id, record.grader_version, record.profile) == ("suite-checker", "1", "unit-tests")
     assert (record.overall.items, record.overall.counted, record.overall.abstentions) == (13, 12, 1)
     assert record.strata["safety"].agreement == 0 and record.strata["easy"].agreement == 1.0
+    assert record.domain is not None and record.domain.strata == ["easy", "safety"]
+    assert record.domain.attempts == 10 and record.domain.cases and record.domain.release_version == "demo-1"
     assert record.overall.agreement == pytest.approx(10 / 12)
     assert record.decision.failures == ["min_agreement: overall 0.8333 < 0.9",
                                         "min_stratum_agreement: stratum safety 0.0000 < 0.8"]
