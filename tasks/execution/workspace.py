@@ -171,12 +171,35 @@ def workspace_patch(checkout: Checkout, max_bytes: int) -> bytes:
     changed = sum(stat[0] for path, stat in stats.items() if checkout.baseline.get(path) != stat)
     if changed > max_bytes:
         raise PatchTooLarge(f"the files the run changed hold {changed} bytes, over patch_max_bytes ({max_bytes})")
+    _drop_nested_git(checkout.workspace)
     git(["add", "-A"], checkout.workspace, git_dir=checkout.git_dir)
     patch = git(["diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "HEAD"], checkout.workspace,
                 git_dir=checkout.git_dir)
     if len(patch) > max_bytes:
         raise PatchTooLarge(f"the patch is {len(patch)} bytes, over patch_max_bytes ({max_bytes})")
     return patch
+
+
+def _drop_nested_git(workspace: Path) -> None:
+    """Remove ``.git`` entries below the top level before tribunal's git reads the tree.
+
+    git treats a folder holding ``.git`` as a nested repository and opens
+    it -- and a ``.git`` *file* may name any repository on the host
+    (``gitdir: /path``). The candidate's own files under such a folder are
+    added as plain files instead.
+    """
+    for folder, dirnames, _ in os.walk(workspace):
+        if folder == str(workspace):
+            dirnames[:] = [name for name in dirnames if name != ".git"]
+            if os.path.isfile(os.path.join(folder, ".git")) or os.path.islink(os.path.join(folder, ".git")):
+                os.unlink(os.path.join(folder, ".git"))
+            continue
+        nested = os.path.join(folder, ".git")
+        if os.path.isdir(nested) and not os.path.islink(nested):
+            shutil.rmtree(nested)
+            dirnames.remove(".git")
+        elif os.path.lexists(nested):
+            os.unlink(nested)
 
 
 def apply_patch(workspace: Path, patch: bytes) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -172,3 +174,20 @@ def test_a_workspace_nested_past_the_recursion_limit_is_a_failure_and_is_removed
         assert not result.succeeded and result.patch == b""
         assert "could not be diffed" in (result.reason or "")
         assert [p.name for p in bench.scratch.iterdir() if p.name.startswith("attempt-")] == []
+
+
+def test_a_nested_git_file_cannot_make_tribunal_read_a_host_repository(tmp_path: Path) -> None:
+    """Attack: `sub/.git` saying `gitdir: <host repo>` makes tribunal's git open a repository outside the sandbox."""
+    host = tmp_path / "host-repo"
+    host.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "o",
+           "GIT_AUTHOR_EMAIL": "o@o", "GIT_COMMITTER_NAME": "o", "GIT_COMMITTER_EMAIL": "o@o"}
+    for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "operator secret history"]):
+        subprocess.run(["git", *args], cwd=host, env=env, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=host, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+    agent = (f"os.makedirs('sub')\nopen('sub/.git', 'w').write('gitdir: {host}/.git\\n')\n"
+             "open('sub/x.txt', 'w').write('x')\n")
+    result = run(tmp_path, agent)
+    assert head.encode() not in result.patch and b"Subproject commit" not in result.patch
+    assert b"sub/x.txt" in result.patch
