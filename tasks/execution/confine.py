@@ -1,6 +1,6 @@
 """Running one program inside its sandbox, and proving it is gone afterwards (SPEC §11). No Prefect here.
 
-The command line is ``sh -c 'enter cgroups; ulimit ...; exec "$@"' bwrap --args FD -- argv``:
+The command line is ``[sh -c 'enter cgroups; exec "$@"'] prlimit ... bwrap --args FD -- argv``:
 
 * bwrap reads its options (environment included) from a memfd, so no
   pass-through secret ever appears on a host command line;
@@ -15,7 +15,7 @@ The command line is ``sh -c 'enter cgroups; ulimit ...; exec "$@"' bwrap --args 
   a child of pid 1 of its own pid namespace. Killing our process group (done
   by ``run_program`` at exit and timeout) kills that pid 1, and the kernel
   then kills everything else in the namespace -- ``setsid`` daemons included;
-* limits are rlimits set by the launching shell before bwrap starts (memory as
+* limits are rlimits set by ``prlimit`` before bwrap starts (memory as
   address space per process, file size, CPU time), and processes either by
   RLIMIT_NPROC or, as root, by a pids cgroup the wrapper enters before exec,
   with a memory cgroup for the sandbox's total where the controller can be used;
@@ -154,21 +154,21 @@ def _bwrap_options(sandbox: Sandbox, workspace: Path, io: Path, env: dict[str, s
 
 
 def _launcher(sandbox: Sandbox, cgroup: _Cgroups | None) -> list[str]:
-    """One shell that enters the cgroups (as root), sets the rlimits with its builtins and execs bwrap.
+    """What runs before bwrap: a shell that enters the cgroups (as root), then ``prlimit`` with the rlimits.
 
-    One exec before bwrap instead of a shell and ``prlimit``: every program a
-    run starts pays for it. Limits are set before anything of the program
-    exists, so nothing can fork out of them.
+    Limits are set before anything of the program exists, so nothing can fork
+    out of them. ``prlimit`` rather than the shell's ``ulimit``: its units and
+    options are the same whatever ``/bin/sh`` is (dash has no ``-u``, bash
+    counts ``-f`` in other blocks).
     """
     settings = sandbox.settings
-    steps = [f"ulimit -v {settings.memory_mb * 1024}", f"ulimit -f {settings.max_file_mb * 2048}",
-             f"ulimit -S -t {settings.cpu_s}", f"ulimit -H -t {settings.cpu_s + CPU_GRACE_S}"]
+    limits = [f"--as={settings.memory_mb * MIB}", f"--fsize={settings.max_file_mb * MIB}",
+              f"--cpu={settings.cpu_s}:{settings.cpu_s + CPU_GRACE_S}"]
     if process_limit_method() == "rlimit":
-        steps.append(f"ulimit -u {settings.max_processes}")
-    if cgroup is None:
-        return [_tool("sh"), "-c", " && ".join([*steps, 'exec "$@"']), "sh"]
-    return [_tool("sh"), "-c", " && ".join(['echo 0 > "$0"', 'echo 0 > "$1"', "shift", *steps, 'exec "$@"']),
-            *cgroup.tasks()]
+        limits.append(f"--nproc={settings.max_processes}")
+    enter = [] if cgroup is None else [
+        _tool("sh"), "-c", 'echo 0 > "$0" && echo 0 > "$1" && shift && exec "$@"', *cgroup.tasks()]
+    return [*enter, _tool("prlimit"), *limits, "--"]
 
 
 def _namespace_pid(status: bytes) -> int | None:

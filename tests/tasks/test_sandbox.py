@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -224,3 +225,14 @@ def test_a_setuid_file_left_in_a_shared_cache_loses_its_bits(folders: tuple[Path
     confined = run(folders, code, exposure=Exposure(read_write=(str(cache),)))
     assert confined.outcome.stdout.strip().endswith(b"6755")
     assert (cache / "sh").stat().st_mode & 0o7777 == 0o755
+
+
+def test_the_unprivileged_launch_path_runs(folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without cgroups (tribunal not root) the limits, RLIMIT_NPROC included, are set and the program runs."""
+    from tasks.execution import confine
+
+    monkeypatch.setattr(confine, "process_limit_method", lambda: "rlimit")
+    monkeypatch.setattr(confine, "memory_limit_method", lambda: "rlimit")
+    code = "print(open('/proc/self/limits').read())\n"
+    limits = run(folders, code, settings=SandboxConfig(max_processes=77)).outcome.stdout.decode()
+    assert re.search(r"Max processes\s+77\s+77", limits) and re.search(r"Max cpu time\s+3600\s+3605", limits)
