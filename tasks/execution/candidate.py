@@ -106,8 +106,10 @@ def _read_report(path: Path) -> tuple[ObservedIdentity, list[str], float | None,
             provider=str(report["provider"]) if report.get("provider") else None,
             model=str(report["model"]) if report.get("model") else None,
         )
+        for text in [*sessions, observed.provider or "", observed.model or ""]:
+            text.encode("utf-8")  # a lone surrogate is valid JSON but no stored record can hold it
         return observed, sessions, float(cost) if isinstance(cost, (int, float)) else None, None
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, OverflowError, UnicodeError):  # a 400-digit cost is valid JSON too
         return ObservedIdentity(), [], None, "identity report unreadable"
 
 

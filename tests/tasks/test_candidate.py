@@ -191,3 +191,11 @@ def test_a_nested_git_file_cannot_make_tribunal_read_a_host_repository(tmp_path:
     result = run(tmp_path, agent)
     assert head.encode() not in result.patch and b"Subproject commit" not in result.patch
     assert b"sub/x.txt" in result.patch
+
+
+@pytest.mark.parametrize("report", ['{"cost_usd": 1' + "0" * 400 + "}", '{"session_id": "\\ud800"}'])
+def test_a_valid_json_report_no_record_can_hold_invalidates_the_harness(tmp_path: Path, report: str) -> None:
+    """Attack: a report that parses (a 401-digit cost, a lone surrogate) but crashes the run, voiding the attempt."""
+    agent = f"open(os.environ['TRIBUNAL_REPORT_FILE'], 'w').write({report!r})\n"
+    result = run(tmp_path, agent)
+    assert not result.harness_valid and result.reason == "identity report unreadable"
