@@ -112,7 +112,7 @@ class ObservedIdentity(Strict):
 class TerminalEvidence(OmitNone):
     """How the candidate run ended, and what it reported about itself."""
 
-    OMIT_WHEN_NONE = ("limit",)
+    OMIT_WHEN_NONE = ("limit", "nonce")
 
     schema_version: Literal["tribunal.terminal_evidence.v1"] = "tribunal.terminal_evidence.v1"
     attempt_id: Digest
@@ -127,6 +127,9 @@ class TerminalEvidence(OmitNone):
     reason: str | None = None
     limit: str | None = None
     """The sandbox limit the run hit, if any: ``processes``, ``memory``, ``file-size``, ``cpu-time``, ``patch-size``."""
+    nonce: str | None = None
+    """128 random bits. Graders see this record's digest; without them its few guessable fields (attempt id from
+    plan.json, exit code, millisecond times) let a grader search for the digest and name the candidate."""
 
 
 class CandidateResult(OmitNone):

@@ -14,6 +14,7 @@ here is still unredacted and lives only in memory until ``retain`` scrubs it.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +131,7 @@ def _terminal(contract: AttemptContract, outcome: ProcessOutcome, observed: Obse
     return TerminalEvidence(
         attempt_id=contract.attempt_id, status=status, exit_code=outcome.exit_code, started=outcome.started,
         ended=outcome.ended, duration_s=outcome.duration_s, observed=observed, session_ids=sessions,
-        cost_usd=cost, reason=reason, limit=limit,
+        cost_usd=cost, reason=reason, limit=limit, nonce=secrets.token_hex(16),
     )
 
 

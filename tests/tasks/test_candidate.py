@@ -199,3 +199,10 @@ def test_a_valid_json_report_no_record_can_hold_invalidates_the_harness(tmp_path
     agent = f"open(os.environ['TRIBUNAL_REPORT_FILE'], 'w').write({report!r})\n"
     result = run(tmp_path, agent)
     assert not result.harness_valid and result.reason == "identity report unreadable"
+
+
+def test_terminal_evidence_cannot_be_guessed_from_plan_json(tmp_path: Path) -> None:
+    """Attack: a grader brute-forces the terminal-evidence digest it is shown (attempt id, exit code, times)."""
+    first = run(tmp_path / "a", "pass\n").terminal
+    assert first.nonce is not None and len(bytes.fromhex(first.nonce)) == 16
+    assert run(tmp_path / "b", "pass\n").terminal.nonce != first.nonce
