@@ -265,3 +265,25 @@ def test_the_demo_grader_does_not_let_a_patch_rewrite_its_test_harness(make_prof
                    bench=bench)
     assert graded.result.failure is None and not graded.result.passed
     assert json.loads(graded.output_bytes)["files"] == ["conftest.py"]
+
+
+@pytest.mark.parametrize("cheat", [
+    "+import os\n+os._exit(0)\n",  # the module under test ends pytest with exit 0 before any test runs
+])
+def test_the_demo_grader_reads_pytests_report_not_its_exit_code(make_profile: MakeProfile, bench: Workbench,
+                                                               cheat: str) -> None:
+    """Attack: leave the bug and make pytest exit 0 without running a test."""
+    from registry._archive import archive_tree
+    from tests.helpers import DEMO
+
+    snapshot = archive_tree(DEMO / "cases" / "off-by-one" / "repo")
+    original = (DEMO / "cases" / "off-by-one" / "repo" / "mathutil.py").read_text().splitlines()
+    patch = (f"diff --git a/mathutil.py b/mathutil.py\n--- a/mathutil.py\n+++ b/mathutil.py\n"
+             f"@@ -1,{len(original)} +1,{len(original) + cheat.count(chr(10))} @@\n"
+             + cheat + "".join(f" {line}\n" for line in original))
+    profile = make_profile((DEMO / "graders" / "run_tests.py").read_text())
+    graded = grade(attempt_id=ATTEMPT, profile_name="checks", config=Config(grader_profiles={"checks": profile}),
+                   grader_input=grader_input(snapshot, patch), snapshot=lambda: snapshot, patch=patch.encode(),
+                   bench=bench)
+    answer = json.loads(graded.output_bytes)
+    assert graded.result.failure is None and not graded.result.passed and answer["pytest_exit"] == 0

@@ -6,8 +6,11 @@ boolean `passed` is the verdict; everything else is evidence.
 """
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
+from xml.etree import ElementTree
 
 HARNESS = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py", "usercustomize.py")
 
@@ -28,11 +31,23 @@ edited = harness_edits(grader_input.get("patch", ""))
 if edited:
     print(json.dumps({"passed": False, "reason": "the patch edits the test harness", "files": edited}))
     raise SystemExit(0)
+junit = os.path.join(tempfile.mkdtemp(), "junit.xml")
+# -I: the workspace is not on sys.path at start-up (a planted pytest.py cannot stand in for pytest);
+# the verdict comes from pytest's own report, so a module that calls os._exit(0) on import passes nothing.
 run = subprocess.run(
-    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", "--noconftest"],
+    [sys.executable, "-I", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", "--noconftest",
+     f"--junitxml={junit}"],
     capture_output=True,
     text=True,
     timeout=90,
 )
 tail = (run.stdout + run.stderr).strip().splitlines()[-5:]
-print(json.dumps({"passed": run.returncode == 0, "pytest_exit": run.returncode, "summary": tail}))
+try:
+    suites = ElementTree.parse(junit).getroot()
+    counts = {key: sum(int(suite.get(key, 0)) for suite in suites.iter("testsuite"))
+              for key in ("tests", "failures", "errors", "skipped")}
+except (OSError, ElementTree.ParseError):
+    counts = None
+passed = run.returncode == 0 and counts is not None and counts["tests"] > 0 and counts["failures"] == 0 \
+    and counts["errors"] == 0
+print(json.dumps({"passed": passed, "pytest_exit": run.returncode, "counts": counts, "summary": tail}))
