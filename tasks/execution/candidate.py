@@ -45,6 +45,8 @@ from tasks.execution.workspace import (
 
 TRANSCRIPT_CAP = 16 * 1024 * 1024
 REPORT_CAP = 65536
+ATTEMPT_PREFIX_MIN = 8
+"""Shorter prefixes of an attempt id are scrubbed too, down to this many hex digits (git's short-hash habit)."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,10 @@ class CandidateRun:
             "model": [v for v in (self.contract.planned_model, observed.model) if v],
             "session_id": list(self.terminal.session_ids),
             "cost": [] if self.terminal.cost_usd is None else [repr(self.terminal.cost_usd)],
-            # The attempt id can be derived from plan.json: printed into a transcript or patch, it unblinds.
-            "attempt_id": [self.contract.attempt_id.removeprefix("sha256:")],
+            # The attempt id can be derived from plan.json: printed into a transcript or patch (whole, or the
+            # short prefix people print for hashes), it unblinds.
+            "attempt_id": [hex_id[:length] for hex_id in [self.contract.attempt_id.removeprefix("sha256:")]
+                           for length in range(ATTEMPT_PREFIX_MIN, len(hex_id) + 1)],
         }
 
 
