@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from tasks.verdict import REDACTION_REFUSED
+
 
 def tally(planned: Counter[str], attempts: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
     """Per value of ``key`` (candidate or case): planned, resolved, each class, unmeasured, unisolated, pass rate."""
@@ -25,7 +27,7 @@ def tally(planned: Counter[str], attempts: list[dict[str, Any]], key: str) -> di
         entry["attempts"] += 1
         entry["resolved"] += item["resolved"]
         entry["classes"][item["terminal_class"]] += 1
-        if item["terminal_class"] != "redaction_refused":  # no grader ran: nothing to isolate or to name
+        if item["terminal_class"] != REDACTION_REFUSED:  # no grader ran: nothing to isolate or to name
             entry["unisolated"] += not item["isolated"]
             entry["graders"].add(f"{item['grader_id']}@{item['grader_version']}")
     return {

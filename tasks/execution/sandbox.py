@@ -90,6 +90,21 @@ def _under(path: str, roots: tuple[str, ...] | list[str]) -> bool:
 
 
 @lru_cache(maxsize=1)
+def system_mounts() -> tuple[Mount, ...]:
+    """System directories, the /etc allow-list and the grader Python, read-only: the same for every sandbox
+    of this process, so looked up once rather than for each of the two programs of every attempt."""
+    mounts = []
+    for path in SYSTEM_PATHS:
+        if os.path.islink(path):
+            mounts.append(Mount(path=path, kind="symlink", source=os.readlink(path)))
+        elif os.path.isdir(path):
+            mounts.append(Mount(path=path, kind="ro"))
+    mounts += [Mount(path=path, kind="ro") for path in ETC_FILES if os.path.exists(path)]
+    mounts += [Mount(path=path, kind="ro") for path in python_paths()]
+    return tuple(mounts)
+
+
+@lru_cache(maxsize=1)
 def process_limit_method() -> Literal["cgroup", "rlimit", "none"]:
     """How the process limit can be enforced here.
 
@@ -158,17 +173,9 @@ class Sandbox:
         home.mkdir(exist_ok=True)
         return Layout(str(workspace), str(io), str(home))
 
-    @cached_property
+    @property
     def _system(self) -> list[Mount]:
-        """System directories, the /etc allow-list and the grader Python, read-only."""
-        mounts = []
-        for path in SYSTEM_PATHS:
-            if os.path.islink(path):
-                mounts.append(Mount(path=path, kind="symlink", source=os.readlink(path)))
-            elif os.path.isdir(path):
-                mounts.append(Mount(path=path, kind="ro"))
-        mounts += [Mount(path=path, kind="ro") for path in ETC_FILES if os.path.exists(path)]
-        return mounts + [Mount(path=path, kind="ro") for path in python_paths()]
+        return list(system_mounts())
 
     @cached_property
     def _declared(self) -> list[Mount]:
