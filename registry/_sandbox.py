@@ -46,7 +46,8 @@ class Mount(Strict):
     """One path inside the sandbox: where it comes from (a host path or a neutral name) and how."""
 
     path: str
-    kind: Literal["ro", "rw", "tmpfs", "proc", "dev", "symlink"]
+    kind: Literal["ro", "rw", "tmpfs", "proc", "dev", "symlink", "copy"]
+    """``copy``: the world-readable part of a host path, copied (not mounted) into a read-only ``/etc``."""
     source: str | None = None
 
 

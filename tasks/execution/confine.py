@@ -38,6 +38,7 @@ import time
 import uuid
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from tasks.execution.sandbox import (
     MEMORY_CGROUP,
     PIDS_CGROUP,
     Sandbox,
+    etc_copy,
     memory_limit_method,
     process_limit_method,
 )
@@ -71,6 +73,7 @@ class Confined:
     escaped: bool = False
 
 
+@cache
 def _tool(name: str) -> str:
     found = shutil.which(name)
     if found is None:
@@ -140,9 +143,14 @@ def _bwrap_options(sandbox: Sandbox, workspace: Path, io: Path, env: dict[str, s
     for name, value in env.items():
         options += ["--setenv", name, value]
     sources = {"workspace": str(workspace), "io": str(io)}
+    copied = False
     for mount in sandbox.mounts:
         source = sources.get(mount.source or "", mount.path)
-        if mount.kind == "symlink":
+        if mount.kind == "copy":
+            if not copied:
+                options += ["--ro-bind", str(etc_copy()), "/etc"]
+            copied = True
+        elif mount.kind == "symlink":
             options += ["--symlink", mount.source or "", mount.path]
         elif mount.kind == "tmpfs":
             options += ["--size", str(sandbox.settings.memory_mb * MIB), "--tmpfs", mount.path, "--dir", HOME]

@@ -13,6 +13,7 @@ import pytest
 
 from registry import SandboxConfig, SandboxProfile
 from tasks.execution.confine import Confined, run_confined
+from tasks.execution import sandbox as sandbox_module
 from tasks.execution.sandbox import Exposure, Sandbox, memory_limit_method
 from tests.helpers import processes_with, watching
 
@@ -70,6 +71,34 @@ def test_host_files_outside_the_allow_list_do_not_exist(folders: tuple[Path, Pat
     seen = json.loads(run(folders, code).outcome.stdout)
     assert seen[str(secret)] is False and seen[str(tmp_path)] is False and seen["/etc/shadow"] is False
     assert not seen["/root"] or all(name == ".pyenv" for name in seen["/root"])
+
+
+def test_etc_shows_only_what_any_local_user_may_read(folders: tuple[Path, Path], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attack: as root the sandbox's uid owns host files, so a bound /etc/ssl would show /etc/ssl/private.
+
+    The allow-listed /etc is a copy of its world-readable part: a private
+    folder inside an allow-listed one is absent, a readable file is there.
+    """
+    etc = tmp_path / "etc"
+    (etc / "ssl" / "private").mkdir(parents=True)
+    (etc / "ssl" / "private" / "server.key").write_text("PRIVATE KEY")
+    (etc / "ssl" / "private").chmod(0o700)
+    (etc / "ssl" / "openssl.cnf").write_text("[ default ]")
+    (etc / "hosts").write_text("127.0.0.1 localhost\n")
+    monkeypatch.setattr(sandbox_module, "ETC_FILES", (str(etc / "ssl"), str(etc / "hosts")))
+    monkeypatch.setattr(sandbox_module, "_copies_root", lambda: tmp_path / "copies")
+    (tmp_path / "copies").mkdir()
+    sandbox_module.etc_copy.cache_clear()
+    try:
+        code = ("import os, json\n"
+                "print(json.dumps({p: os.path.exists(p) for p in ['/etc/ssl/private', '/etc/ssl/private/server.key',"
+                " '/etc/ssl/openssl.cnf', '/etc/hosts']}))\n")
+        seen = json.loads(run(folders, code).outcome.stdout)
+    finally:
+        sandbox_module.etc_copy.cache_clear()
+    assert seen == {"/etc/ssl/private": False, "/etc/ssl/private/server.key": False, "/etc/ssl/openssl.cnf": True,
+                    "/etc/hosts": True}
 
 
 def test_a_setsid_daemon_dies_with_the_sandbox(folders: tuple[Path, Path]) -> None:
