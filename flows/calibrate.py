@@ -76,7 +76,7 @@ def calibrate(request: CalibrateRequest) -> CalibrationSummary:
     calibration_set = parse_calibration_set(read_set_text(request.set_path), request.set_path)
     config = load_config(find_config(request.config_path))
     ensure_backend(config.sandbox)
-    registry = Registry.open(request.registry_url)
+    registry = Registry.open_signing(request.registry_url, config)
     plan = load_plan(Path(request.plan_path)) if request.plan_path else None
     kind, name = request.subject
     made = subjects(registry, calibration_set, plan, request.profile or "")

@@ -38,6 +38,7 @@ from flows.console import (
     render_report,
     table_text,
 )
+from flows.keys import key_app
 from flows.requests import EvaluateRequest, RegradeRequest, RejudgeRequest, Runner
 from registry import (
     Config,
@@ -51,6 +52,7 @@ from registry import (
     freeze_experiment,
     load_config,
     load_plan,
+    parse_public_key,
     resolve_registry_url,
     tune_allocators,
 )
@@ -73,6 +75,7 @@ app = typer.Typer(
 )
 plan_app = typer.Typer(help="Freeze experiments into plans.", no_args_is_help=True)
 app.add_typer(plan_app, name="plan")
+app.add_typer(key_app, name="key")
 
 
 def regeneration_inputs(plan: Path, registry: str | None, config: Path | None) -> tuple[str, Plan, Path, Config]:
@@ -152,15 +155,20 @@ def doctor(
     pin: Annotated[
         list[str] | None, typer.Option("--pin", help="A head recorded elsewhere, SEQ:HASH (repeatable).")
     ] = None,
+    trust: Annotated[
+        list[str] | None, typer.Option("--trust", help="Verify signatures against this public key (base64, PEM, "
+                                       "or a file holding one; repeatable) instead of the registry's own anchor.")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Verify the manifest chain, objects, segments and grader receipts; exit 1 on any finding."""
+    """Verify the manifest chain, objects, segments, signatures and grader receipts; exit 1 on any finding."""
     pins = [Pin.parse(text) for text in pin or []]
+    keys = [parse_public_key(text) for text in trust or []]
     if plan is not None:
         load_plan(plan)
     store = open_registry(registry)
     with err.status("checking the registry..."):
-        report = audit_registry(store, pins)
+        report = audit_registry(store, pins, trust=keys or None)
     if as_json:
         print_json({**report.model_dump(mode="json"), "clean": report.clean})
     else:
@@ -315,6 +323,9 @@ def report(
     publish: Annotated[bool, typer.Option("--publish", help="Audit the report's scope first; publish only on a "
                                                           "commit decision (exit 1 otherwise).")] = False,
     history: Annotated[bool, typer.Option("--history", help="Also list every generation of every attempt.")] = False,
+    config: Annotated[Path | None, typer.Option("--config", help="tribunal.toml whose [signing] key_file signs the "
+                                                "stored report (default: $TRIBUNAL_CONFIG, else ./tribunal.toml "
+                                                "if present, else $TRIBUNAL_SIGNING_KEY).")] = None,
 ) -> None:
     """Report current verdicts and pass rates (stored in the registry), or compare two stored reports."""
     if format not in FORMATS:
@@ -322,7 +333,7 @@ def report(
     from tasks.report import build_report, compare_reports, load_report, rates_by_grader_version
     from tasks.report_formats import to_html, to_markdown, to_swebench
 
-    store = open_registry(registry)
+    store = open_registry(registry, signing_config=config, signs=True)
     if compare is not None:
         diff = compare_reports(load_report(store, compare[0]), load_report(store, compare[1]))
         print_json(diff) if format == "json" else render_comparison(diff)

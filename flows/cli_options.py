@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from registry import Registry, canonical_json, resolve_registry_url
+from registry import Registry, canonical_json, find_config, load_config, resolve_registry_url
+from registry._config import DEFAULT_CONFIG_NAME
 
 RegistryOption = Annotated[
     str | None,
@@ -24,9 +26,21 @@ ConcurrencyOption = Annotated[
 ]
 
 
-def open_registry(option: str | None) -> Registry:
-    """Open the registry named by ``--registry`` or ``$TRIBUNAL_REGISTRY``."""
-    return Registry.open(resolve_registry_url(option))
+def open_registry(option: str | None, *, signing_config: Path | None = None, signs: bool = False) -> Registry:
+    """Open the registry named by ``--registry`` or ``$TRIBUNAL_REGISTRY``.
+
+    A command that ``signs`` what it stores (a report, an audit) signs with
+    the config's ``[signing] key_file`` -- the config named by ``--config``,
+    ``$TRIBUNAL_CONFIG`` or ``./tribunal.toml``, when there is one -- else
+    with ``$TRIBUNAL_SIGNING_KEY``.
+    """
+    url = resolve_registry_url(option)
+    if not signs:
+        return Registry.open(url)
+    config = None
+    if signing_config is not None or os.environ.get("TRIBUNAL_CONFIG") or Path(DEFAULT_CONFIG_NAME).is_file():
+        config = load_config(find_config(str(signing_config) if signing_config else None))
+    return Registry.open_signing(url, config)
 
 
 def print_json(value: object) -> None:

@@ -110,7 +110,8 @@ def render_report(built: dict[str, Any], console: Console | None = None) -> None
     banner = calibration_banner(built)
     if banner:
         console.print(f"[bold red]{escape(banner)}[/]")
-    console.print(f"report {built['report_digest']} at manifest head {built['manifest_head']}")
+    console.print(f"report {built['report_digest']} at manifest head {built['manifest_head']}, "
+                  f"signed by {built.get('signing_key', 'unsigned')}")
 
 
 def render_doctor(report: DoctorReport) -> None:
@@ -121,6 +122,8 @@ def render_doctor(report: DoctorReport) -> None:
     )
     if report.head is not None:
         out.print(f"head: {report.head.seq}:{report.head.entry_hash}  (record it; pass it back with --pin)")
+    if report.signing is not None:
+        out.print(escape(report.signing.line()))
     if report.clean:
         out.print("[green]clean[/]: no findings")
         return

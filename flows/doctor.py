@@ -28,6 +28,8 @@ def doctor_markdown(report: DoctorReport) -> str:
              f"{report.objects} objects", ""]
     if report.head is not None:
         lines += [f"Head to pin: `{report.head.seq}:{report.head.entry_hash}`", ""]
+    if report.signing is not None:
+        lines += [report.signing.line(), ""]
     if report.clean:
         return "\n".join([*lines, "**clean**: no findings"]) + "\n"
     lines += [f"**{len(report.findings)} findings**", "", "| kind | where | finding |", "|---|---|---|"]

@@ -104,7 +104,7 @@ def evaluate(request: EvaluateRequest) -> EvaluateSummary:
     plan = load_plan(Path(request.plan_path))
     config = load_config(find_config(request.config_path))
     ensure_backend(config.sandbox)
-    registry = Registry.open(request.registry_url)
+    registry = Registry.open_signing(request.registry_url, config)
     missing = [d for d in plan_inputs(plan) if not registry.objects.exists(d)]
     if missing:
         raise UsageError(f"{len(missing)} plan inputs (e.g. {missing[0]}) are not in registry {registry.url}; "

@@ -78,7 +78,7 @@ def regrade(request: RegradeRequest) -> RegradeSummary:
     plan = load_plan(Path(request.plan_path))
     config = load_config(find_config(request.config_path))
     ensure_backend(config.sandbox)
-    registry = Registry.open(request.registry_url)
+    registry = Registry.open_signing(request.registry_url, config)
     profile = request.profile
     previous = latest_record_digest(registry, plan)
     head_before = head_label(registry)

@@ -71,7 +71,7 @@ def rejudge(request: RejudgeRequest) -> RejudgeSummary:
     plan = load_plan(Path(request.plan_path))
     config = load_config(find_config(request.config_path))
     ensure_backend(config.sandbox)
-    registry = Registry.open(request.registry_url)
+    registry = Registry.open_signing(request.registry_url, config)
     judge = request.judge
     previous = latest_record_digest(registry, plan)
     head_before = head_label(registry)

@@ -72,9 +72,22 @@ from registry._records import (
 )
 from registry._registry import Registry, resolve_registry_url
 from registry._sandbox import SandboxConfig, SandboxProfile
+from registry._signatures import SigningStatus
+from registry._signing import (
+    KEY_ENV,
+    SIGNED_ROLES,
+    Signer,
+    SigningError,
+    SigningKeyRecord,
+    parse_public_key,
+    resolve_key_file,
+    write_private_key,
+)
 
 __all__ = [
     "CALIBRATION_EXPERIMENT",
+    "KEY_ENV",
+    "SIGNED_ROLES",
     "AttemptContract",
     "AttemptRef",
     "AttemptSummary",
@@ -131,6 +144,10 @@ __all__ = [
     "Role",
     "SandboxConfig",
     "SandboxProfile",
+    "Signer",
+    "SigningError",
+    "SigningKeyRecord",
+    "SigningStatus",
     "SpecError",
     "TerminalEvidence",
     "TribunalError",
@@ -151,10 +168,13 @@ __all__ = [
     "load_config",
     "load_plan",
     "parse_calibration_set",
+    "parse_public_key",
     "plan_bytes",
     "policy_hash",
     "release_free_memory",
+    "resolve_key_file",
     "resolve_registry_url",
     "strict_json_loads",
     "tune_allocators",
+    "write_private_key",
 ]

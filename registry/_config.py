@@ -98,6 +98,13 @@ class CandidateEnv(Strict):
     pass_: list[str] = Field(default=[], alias="pass")
 
 
+class SigningConfig(Strict):
+    """``[signing]``: the private key that signs what this config's runs append (SPEC §12)."""
+
+    key_file: str | None = None
+    """Resolved against the config's folder; ``$TRIBUNAL_SIGNING_KEY`` is used when unset."""
+
+
 class Config(Strict):
     """The whole of ``tribunal.toml``, with relative paths resolved against its folder."""
 
@@ -107,6 +114,7 @@ class Config(Strict):
     candidate_env: CandidateEnv = CandidateEnv()
     candidate_timeout_s: Seconds = 1800
     sandbox: SandboxConfig = SandboxConfig()
+    signing: SigningConfig = SigningConfig()
 
 
 def _absolute(base: Path, value: object) -> object:
@@ -139,6 +147,9 @@ def load_config(path: Path) -> Config:
         for entry in (data.get(section) or {}).values():
             if isinstance(entry, dict) and key in entry:
                 entry[key] = _absolute(base, entry[key])
+    signing = data.get("signing")
+    if isinstance(signing, dict) and "key_file" in signing:
+        signing["key_file"] = _absolute(base, signing["key_file"])
     for owner, key in [(data.get("sandbox"), "read_only"), (data.get("sandbox"), "read_write")] + [
         (profile, "read_only") for profile in (data.get("grader_profiles") or {}).values()
     ]:

@@ -20,6 +20,7 @@ from registry._errors import ManifestCorrupt
 from registry._manifest import LOG_DIR, READ_BATCH, Head, commit_key, decode_table, list_segments, segment_key
 from registry._objects import object_key
 from registry._registry import Registry
+from registry._signatures import SigningStatus, check_signatures, trust_roots
 
 
 class DoctorReport(BaseModel):
@@ -34,6 +35,7 @@ class DoctorReport(BaseModel):
     objects: int
     head: Head | None
     findings: list[Finding]
+    signing: SigningStatus | None = None
 
     @property
     def clean(self) -> bool:
@@ -105,8 +107,11 @@ def _check_objects(registry: Registry, table: pa.Table) -> tuple[int, list[Findi
     return len(stored), findings
 
 
-def check_registry(registry: Registry, pins: Iterable[Pin] = ()) -> DoctorReport:
-    """Verify everything the registry holds; return every finding, never raise on damage."""
+def check_registry(registry: Registry, pins: Iterable[Pin] = (), trust: list[bytes] | None = None) -> DoctorReport:
+    """Verify everything the registry holds; return every finding, never raise on damage.
+
+    Signatures are verified against ``trust`` (public keys a stranger brought), else the registry's anchor.
+    """
     findings: list[Finding] = []
     commits = _read_commits(registry, findings)
     findings += check_commit_placement(commits)
@@ -116,6 +121,7 @@ def check_registry(registry: Registry, pins: Iterable[Pin] = ()) -> DoctorReport
     findings += check_pins(table, pins)
     segments, segment_findings = _check_segments(registry, commits)
     objects, object_findings = _check_objects(registry, table)
+    signing, signature_findings = check_signatures(registry, table, trust_roots(trust or []))
     head = None
     if table.num_rows:
         head = Head(
@@ -130,5 +136,6 @@ def check_registry(registry: Registry, pins: Iterable[Pin] = ()) -> DoctorReport
         segments=segments,
         objects=objects,
         head=head,
-        findings=findings + segment_findings + object_findings,
+        findings=findings + segment_findings + object_findings + signature_findings,
+        signing=signing,
     )

@@ -15,10 +15,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel
 
+from registry._canonical import canonical_json
+from registry._config import Config
 from registry._entry import ManifestEntry, NewEntry
 from registry._errors import RegistryRequired
 from registry._manifest import Head, Manifest
 from registry._objects import ObjectStore
+from registry._signing import (
+    KEY_ENV,
+    SIGNATURE_ROLE,
+    SIGNED_ROLES,
+    SIGNING_KEY_ROLE,
+    Signer,
+    SigningError,
+    SigningKeyRecord,
+    Subject,
+    resolve_key_file,
+    trusted_keys,
+)
 from registry._storage import Storage, open_storage
 
 REGISTRY_ENV = "TRIBUNAL_REGISTRY"
@@ -39,30 +53,40 @@ SCORING_SECRET_KEY = "keys/scoring-secret"
 class Registry:
     """A content-addressed store plus its append-only manifest."""
 
-    def __init__(self, storage: Storage, writer: str | None = None) -> None:
+    def __init__(self, storage: Storage, writer: str | None = None, key_file: str | None = None) -> None:
         self.storage = storage
         self.objects = ObjectStore(storage)
         self.manifest = Manifest(storage, writer)
         self._scoring_secret: bytes | None = None
+        self.signer = Signer.load(key_file) if key_file else None
+        self._registered: bool = False
 
-    def __reduce__(self) -> tuple[type[Registry], tuple[Storage]]:
+    def __reduce__(self) -> tuple[type[Registry], tuple[Storage, None, str | None]]:
         """Sent to another process (a Dask worker), a registry reopens the same storage as a new writer.
 
         The manifest's cache and lock stay behind; the commit protocol keeps
-        writers in many processes on one linear chain.
+        writers in many processes on one linear chain. The signing key travels
+        as its file's path, never as key bytes.
         """
-        return Registry, (self.storage,)
+        return Registry, (self.storage, None, self.signer.path if self.signer else None)
 
     @classmethod
     def open(
-        cls, url: str, *, storage_options: dict[str, object] | None = None, writer: str | None = None
+        cls, url: str, *, storage_options: dict[str, object] | None = None, writer: str | None = None,
+        key_file: str | None = None,
     ) -> Registry:
         """Open (creating if needed) the registry at a local path or ``s3://bucket/prefix``.
 
         S3 endpoints and credentials come from the usual AWS settings
         (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...) or ``storage_options``.
+        ``key_file`` is the private key that signs what this registry object appends.
         """
-        return cls(open_storage(url, storage_options), writer)
+        return cls(open_storage(url, storage_options), writer, key_file)
+
+    @classmethod
+    def open_signing(cls, url: str, config: Config | None) -> Registry:
+        """Open a registry that signs with the config's ``[signing] key_file``, else ``$TRIBUNAL_SIGNING_KEY``."""
+        return cls.open(url, key_file=resolve_key_file(config.signing.key_file if config else None))
 
     @property
     def url(self) -> str:
@@ -93,8 +117,66 @@ class Registry:
         return model.model_validate_json(self.get(object_digest))
 
     def append(self, drafts: list[NewEntry]) -> list[ManifestEntry]:
-        """Append entries as one commit (their objects must be put first)."""
-        return self.manifest.append(drafts)
+        """Append entries as one commit (their objects must be put first), signed where SPEC §12 says.
+
+        Once a registry has a signing key, an unsigned write of a signed role
+        is refused: a forger without the private key cannot add a verdict that
+        verifies.
+        """
+        signed = [draft for draft in drafts if draft.role in SIGNED_ROLES]
+        if not signed:
+            return self.manifest.append(drafts)
+        if self.signer is None:
+            keys = self.signing_keys()
+            if keys:
+                raise SigningError(
+                    f"{self.url} signs its records (anchor {keys[0].key_id}): set [signing] key_file in "
+                    f"tribunal.toml or {KEY_ENV} to a key recorded in it"
+                )
+            return self.manifest.append(drafts)
+        return self.manifest.append([*drafts, self._signature(self.signer, signed)])[: len(drafts)]
+
+    def _signature(self, signer: Signer, signed: list[NewEntry]) -> NewEntry:
+        """One detached signature entry over the subjects of an append's signed drafts."""
+        self._ensure_registered(signer)
+        subjects = [Subject(txn=draft.txn, role=draft.role, experiment_id=draft.experiment_id,
+                            attempt_id=draft.attempt_id, generation=draft.generation, digest=draft.digest)
+                    for draft in signed]
+        data = canonical_json(signer.sign(subjects).model_dump(mode="json"))
+        first = signed[0]
+        return NewEntry(txn=f"{first.txn}:signature", role=SIGNATURE_ROLE, experiment_id=first.experiment_id,
+                        attempt_id=first.attempt_id, digest=self.put(data), size=len(data))
+
+    def signing_keys(self) -> list[SigningKeyRecord]:
+        """The public keys recorded in this registry, in order (the first is the trust anchor)."""
+        return [self.load(entry.digest, SigningKeyRecord) for entry in self.entries(role=SIGNING_KEY_ROLE)]
+
+    def _ensure_registered(self, signer: Signer) -> None:
+        if self._registered:
+            return
+        if signer.key_id not in {record.key_id for record in self.signing_keys()}:
+            raise SigningError(
+                f"signing key {signer.key_id} ({signer.path}) is not recorded in {self.url}: run "
+                f"`tribunal key add {signer.path} --registry {self.url}` (endorsed by a trusted key if the registry "
+                "already has one)"
+            )
+        self._registered = True
+
+    def add_signing_key(self, key: Signer, endorser: Signer | None = None) -> SigningKeyRecord:
+        """Record a public key: the first becomes the anchor; a later one must be endorsed by a trusted key."""
+        records = self.signing_keys()
+        if key.key_id in {record.key_id for record in records}:
+            return next(record for record in records if record.key_id == key.key_id)
+        if records and endorser is None:
+            raise SigningError(f"{self.url} already has a trust anchor ({records[0].key_id}): a new key must be "
+                               "endorsed by a trusted one (--endorse-with KEY_FILE)")
+        record = key.record(endorser if records else None)
+        if records and record.endorsement and record.endorsement.key_id not in trusted_keys(records, None):
+            raise SigningError(f"{endorser.key_id if endorser else ''} is not a trusted key of {self.url}")
+        data = canonical_json(record.model_dump(mode="json"))
+        self.append([NewEntry(txn=f"signing-key:{key.key_id}", role=SIGNING_KEY_ROLE, experiment_id="registry",
+                              digest=self.put(data), size=len(data))])
+        return record
 
     def find(self, txn: str) -> ManifestEntry | None:
         """Return the entry an earlier append recorded under ``txn``, or None."""

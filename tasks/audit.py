@@ -191,10 +191,12 @@ def audit_receipts(registry: Registry, attempt_ids: list[str] | None = None) -> 
     return findings
 
 
-def audit_registry(registry: Registry, pins: Iterable[Pin] = (), attempt_ids: list[str] | None = None) -> DoctorReport:
-    """What ``tribunal doctor`` reports: the store's own checks, then the receipts and judgements of every
-    attempt (or of the attempts in ``attempt_ids``: a report's scope)."""
-    report = check_registry(registry, pins)
+def audit_registry(registry: Registry, pins: Iterable[Pin] = (), attempt_ids: list[str] | None = None,
+                   trust: list[bytes] | None = None) -> DoctorReport:
+    """What ``tribunal doctor`` reports: the store's own checks (signatures against ``trust``, else the
+    registry's anchor), then the receipts and judgements of every attempt (or of the attempts in
+    ``attempt_ids``: a report's scope)."""
+    report = check_registry(registry, pins, trust)
     try:
         receipts = audit_receipts(registry, attempt_ids)
     except ManifestCorrupt:

@@ -158,7 +158,8 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
     body = {
         "schema_version": "tribunal.report.v1", "experiment": plan.experiment, "plan_hash": plan.plan_hash,
         "layer": layer, "grader_version": grader_version, "generated_at": utc_timestamp(),
-        "manifest_head": head_label(registry), "graders": graders, "calibration": calibration,
+        "manifest_head": head_label(registry), "signing_key": registry.signer.key_id if registry.signer else "unsigned",
+        "graders": graders, "calibration": calibration,
         "release_grade": bool(graders) and all(entry["status"] == "passed" for entry in calibration.values()),
         "candidates": [{"candidate_id": c.id, **by_candidate[c.id]} for c in plan.candidates],
         "attempts": attempts, "unmeasured": unmeasured, "cohorts": cohorts,

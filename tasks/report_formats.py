@@ -73,7 +73,8 @@ def to_markdown(report: dict[str, Any]) -> str:
                   f"{gen['grader_id']}@{gen['grader_version']} | {gen['terminal_class']} |"
                   for line in report["history"] for gen in line["generations"]]
     lines += ["", taxonomy_line(report), "",
-              f"Report `{report['report_digest']}` at manifest head `{report['manifest_head']}`."]
+              f"Report `{report['report_digest']}` at manifest head `{report['manifest_head']}`, signed by "
+              f"`{report.get('signing_key', 'unsigned')}`."]
     return "\n".join(lines) + "\n"
 
 
@@ -135,7 +136,8 @@ def to_html(report: dict[str, Any], rates_by_version: dict[str, dict[str, float]
         f"<th>resolved</th><th>unmeasured</th><th>pass rate</th><th>graders</th></tr>{rates}</table>"
         "<h2>Attempts</h2><table><tr><th>case</th><th>candidate</th><th>#</th><th>verdict</th><th>grader</th>"
         f"<th>generation</th></tr>{rows}</table><p>{html.escape(taxonomy_line(report))}</p>"
-        f"<p>Report <code>{report['report_digest']}</code> at manifest head <code>{report['manifest_head']}</code>.</p>"
+        f"<p>Report <code>{report['report_digest']}</code> at manifest head <code>{report['manifest_head']}</code>, "
+        f"signed by <code>{html.escape(report.get('signing_key', 'unsigned'))}</code>.</p>"
         "</body></html>\n"
     )
 

@@ -1,0 +1,66 @@
+"""``tribunal key``: make a signing key and record its public half in a registry (SPEC §12).
+
+The private key is written once, readable by its owner only; the registry
+holds only public keys. The first key a registry records is its trust
+anchor; a later one is recorded only with an endorsement by a trusted key.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from flows.cli_options import RegistryOption
+from flows.console import out
+from registry import Registry, Signer, resolve_registry_url, write_private_key
+
+key_app = typer.Typer(help="Signing keys: every receipt, report and audit record is signed (SPEC §12).",
+                      no_args_is_help=True)
+
+EndorseOption = Annotated[
+    Path | None,
+    typer.Option("--endorse-with", help="A trusted key's private key file: needed once the registry has an anchor."),
+]
+
+
+def _record(signer: Signer, registry: str | None, endorse_with: Path | None) -> None:
+    store = Registry.open(resolve_registry_url(registry))
+    endorser = Signer.load(str(endorse_with)) if endorse_with else None
+    record = store.add_signing_key(signer, endorser)
+    role = "endorsed by " + record.endorsement.key_id if record.endorsement else "the trust anchor"
+    out.print(f"recorded {signer.key_id} in {store.url} ({role})")
+
+
+@key_app.command("init")
+def init(
+    out_file: Annotated[Path, typer.Option("--out", help="Where to write the new private key (never overwritten).")],
+    registry: RegistryOption = None,
+    endorse_with: EndorseOption = None,
+    record: Annotated[bool, typer.Option("--record/--no-record",
+                                         help="Record the public key in the registry (default).")] = True,
+) -> None:
+    """Make an Ed25519 signing key; record its public key in the registry (the first one is the anchor)."""
+    signer = Signer.generate()
+    if record:
+        resolve_registry_url(registry)  # refuse before a key file exists that no registry knows
+    write_private_key(signer, out_file)
+    out.print(f"private key {out_file} (mode 0600; set [signing] key_file or TRIBUNAL_SIGNING_KEY to it)")
+    out.print(f"key id {signer.key_id}")
+    out.print(f"public key {base64.b64encode(signer.public_key).decode()}  (give this to whoever verifies: "
+              "tribunal doctor --trust KEY)")
+    if record:
+        signer = Signer.load(str(out_file))
+        _record(signer, registry, endorse_with)
+
+
+@key_app.command("add")
+def add(
+    key_file: Annotated[Path, typer.Argument(help="The private key file whose public key to record.")],
+    registry: RegistryOption = None,
+    endorse_with: EndorseOption = None,
+) -> None:
+    """Record an existing key's public key in a registry (endorsed by a trusted key unless it is the first)."""
+    _record(Signer.load(str(key_file)), registry, endorse_with)

@@ -1,0 +1,139 @@
+"""Doctor's signature checks (SPEC §12): every signed record carries a valid signature by a trusted key.
+
+Trust comes from the reader, not the registry, when the reader says so:
+``--trust KEY`` (a public key obtained out of band) replaces the registry's
+own anchor, so a registry rewritten with an attacker's anchor fails every
+signature for a stranger who trusts the real key. Records written before a
+registry's first key are counted as unsigned history, not as findings.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pyarrow as pa
+from pydantic import ValidationError
+
+from registry._canonical import strict_json_loads
+from registry._chain import Finding
+from registry._errors import RegistryError
+from registry._models import Strict
+from registry._objects import object_key
+from registry._registry import Registry
+from registry._signing import (
+    SIGNATURE_ROLE,
+    SIGNED_ROLES,
+    SIGNING_KEY_ROLE,
+    Signature,
+    SigningKeyRecord,
+    Subject,
+    key_id,
+    subjects_bytes,
+    trusted_keys,
+    verifies,
+)
+
+SUBJECT_COLUMNS = ("txn", "role", "experiment_id", "attempt_id", "generation", "digest")
+
+
+class SigningStatus(Strict):
+    """What doctor says about signatures, findings apart."""
+
+    state: Literal["unsigned", "signed"]
+    trusted_by: Literal["registry anchor", "--trust"]
+    anchor: str | None = None
+    trusted: tuple[str, ...] = ()
+    signed_records: int = 0
+    unsigned_history: int = 0
+    """Signed-role records written before the registry's first key (verifiable by hash only)."""
+
+    def line(self) -> str:
+        """The one line doctor prints."""
+        if self.state == "unsigned":
+            return "unsigned registry: no signing key recorded (run `tribunal key init --registry ...`)"
+        source = ("the registry's own anchor (pass --trust KEY to check against a key you obtained yourself)"
+                  if self.trusted_by == "registry anchor" else "the key(s) given with --trust")
+        history = f"; {self.unsigned_history} records predate the first key" if self.unsigned_history else ""
+        return (f"signatures: {self.signed_records} signed records verified against {source}: "
+                f"{', '.join(self.trusted) or 'none trusted'}{history}")
+
+
+def _load(registry: Registry, digests: list[str], model: type[Signature] | type[SigningKeyRecord]
+          ) -> list[Signature | SigningKeyRecord | None]:
+    """Records by digest; an unreadable one is None (the object checks report why)."""
+    loaded: list[Signature | SigningKeyRecord | None] = []
+    for data in registry.storage.read_many([object_key(digest) for digest in digests]):
+        try:
+            loaded.append(model.model_validate(strict_json_loads(data or b"")))
+        except (ValueError, ValidationError, RegistryError):
+            loaded.append(None)
+    return loaded
+
+
+def _subject(row: dict[str, object]) -> Subject:
+    return Subject.model_validate({name: row[name] for name in SUBJECT_COLUMNS})
+
+
+def _describe(row: dict[str, object]) -> str:
+    where = f" of attempt {row['attempt_id']}" if row["attempt_id"] else ""
+    generation = f", generation {row['generation']}" if row["generation"] is not None else ""
+    return f"{row['role']}{where}{generation} (seq {row['seq']})"
+
+
+def check_signatures(registry: Registry, table: pa.Table, roots: list[bytes] | None
+                     ) -> tuple[SigningStatus, list[Finding]]:
+    """Verify every signature and that every signed-role record after the first key has one by a trusted key."""
+    trusted_by: Literal["registry anchor", "--trust"] = "registry anchor" if roots is None else "--trust"
+    columns = ["seq", *SUBJECT_COLUMNS]
+    rows = table.select(columns).to_pylist()
+    key_rows = [row for row in rows if row["role"] == SIGNING_KEY_ROLE]
+    if not key_rows:
+        findings = [] if roots is None else [Finding(
+            kind="registry-unsigned", message="no signing key is recorded: nothing here can verify against --trust")]
+        return SigningStatus(state="unsigned", trusted_by=trusted_by), findings
+    records = [record for record in _load(registry, [str(row["digest"]) for row in key_rows], SigningKeyRecord)
+               if isinstance(record, SigningKeyRecord)]
+    trusted = trusted_keys(records, roots)
+    findings = [Finding(kind="signing-key-untrusted", seq=int(str(row["seq"])), message=(
+        f"signing key {record.key_id} (seq {row['seq']}) is neither trusted nor endorsed by a trusted key"))
+        for row, record in zip(key_rows, records, strict=False) if record.key_id not in trusted]
+    vouched, signature_findings = _verified_subjects(registry, rows, trusted)
+    findings += signature_findings
+    first_key = int(str(key_rows[0]["seq"]))
+    signed = [row for row in rows if row["role"] in SIGNED_ROLES]
+    history = sum(1 for row in signed if int(str(row["seq"])) < first_key)
+    for row in signed:
+        if int(str(row["seq"])) > first_key and _subject(row) not in vouched:
+            findings.append(Finding(kind="signature-missing", seq=int(str(row["seq"])), digest=str(row["digest"]),
+                                    message=f"{_describe(row)} carries no valid signature by a trusted key"))
+    status = SigningStatus(state="signed", trusted_by=trusted_by, anchor=records[0].key_id if records else None,
+                           trusted=tuple(sorted(trusted)), signed_records=len(signed) - history,
+                           unsigned_history=history)
+    return status, findings
+
+
+def _verified_subjects(registry: Registry, rows: list[dict[str, object]], trusted: dict[str, bytes]
+                       ) -> tuple[set[Subject], list[Finding]]:
+    """The subjects vouched for by valid signatures of trusted keys; a signature that does not verify is a finding."""
+    signature_rows = [row for row in rows if row["role"] == SIGNATURE_ROLE]
+    vouched: set[Subject] = set()
+    findings = []
+    loaded = _load(registry, [str(row["digest"]) for row in signature_rows], Signature)
+    for row, signature in zip(signature_rows, loaded, strict=True):
+        if not isinstance(signature, Signature):
+            continue
+        public = trusted.get(signature.key_id)
+        if public is None:
+            continue  # an untrusted key's signature vouches for nothing; the records it covers are reported
+        if not verifies(public, signature.signature, subjects_bytes(signature.subjects)):
+            findings.append(Finding(kind="signature-invalid", seq=int(str(row["seq"])), digest=str(row["digest"]),
+                                    message=f"the signature at seq {row['seq']} does not verify with "
+                                            f"{signature.key_id}"))
+            continue
+        vouched.update(signature.subjects)
+    return vouched, findings
+
+
+def trust_roots(keys: list[bytes]) -> list[bytes] | None:
+    """``--trust`` values as roots (None: the registry's anchor), deduplicated by key id."""
+    return list({key_id(key): key for key in keys}.values()) or None

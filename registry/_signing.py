@@ -1,0 +1,213 @@
+"""Ed25519 signing of records (SPEC §12). Pure functions and records, no Prefect.
+
+A hash chain proves bytes did not change; it does not say who wrote them.
+Every append that records a verdict-bearing record (``SIGNED_ROLES``) also
+records one detached ``Signature`` over the *subjects* of those entries: txn,
+role, experiment, attempt, generation and object digest. Binding the subject,
+not only the bytes, stops a signed receipt from being replayed under another
+attempt or generation.
+
+Keys: the first ``signing-key`` entry of a registry is its trust anchor; a
+later key counts only when a trusted key endorsed it. A stranger checks with
+a public key obtained out of band (``doctor --trust``) instead of the anchor.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+from pathlib import Path
+from typing import Literal
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from registry._canonical import canonical_json
+from registry._errors import TribunalError, UsageError
+from registry._models import Strict
+from registry._records import Role
+
+KEY_ENV = "TRIBUNAL_SIGNING_KEY"
+SIGNING_KEY_ROLE = "signing-key"
+SIGNATURE_ROLE = "signature"
+SIGNED_ROLES = frozenset({
+    Role.GRADER_RECEIPT, Role.EVIDENCE_RECEIPT, Role.MUTATION_RECEIPT, Role.EXPERIMENT_RECORD, Role.REPORT,
+    Role.AUDIT_RECORD, Role.PUBLICATION, Role.CALIBRATION_RECORD,
+})
+"""The records a verdict or a published number rests on; anything else is bound through them."""
+
+
+class SigningError(TribunalError):
+    """A signing key cannot be used, or a write needs a signature it cannot get."""
+
+
+class Subject(Strict):
+    """What one signature vouches for: an entry's identity and the object it names."""
+
+    txn: str
+    role: str
+    experiment_id: str
+    attempt_id: str | None
+    generation: int | None
+    digest: str
+
+
+class Endorsement(Strict):
+    """A trusted key's signature over a later key's public key."""
+
+    key_id: str
+    signature: str
+
+
+class SigningKeyRecord(Strict):
+    """A public key recorded in the registry (the first one is the anchor)."""
+
+    schema_version: Literal["tribunal.signing_key.v1"] = "tribunal.signing_key.v1"
+    key_id: str
+    public_key: str
+    """The raw 32-byte Ed25519 public key, base64."""
+    endorsement: Endorsement | None = None
+
+
+class Signature(Strict):
+    """A detached signature over the subjects of one append's signed entries."""
+
+    schema_version: Literal["tribunal.signature.v1"] = "tribunal.signature.v1"
+    key_id: str
+    subjects: list[Subject]
+    signature: str
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def key_id(public_key: bytes) -> str:
+    """A short, stable name for a public key (printed by reports, passed to ``--trust``)."""
+    return "ed25519:" + hashlib.sha256(public_key).hexdigest()[:16]
+
+
+def _raw(public: Ed25519PublicKey) -> bytes:
+    return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def subjects_bytes(subjects: list[Subject]) -> bytes:
+    return canonical_json([subject.model_dump(mode="json") for subject in subjects])
+
+
+def endorsement_bytes(public_key: str) -> bytes:
+    return canonical_json({"endorse": public_key})
+
+
+class Signer:
+    """A private signing key loaded from its file (never from a place a sandbox can see)."""
+
+    def __init__(self, private: Ed25519PrivateKey, path: str | None = None) -> None:
+        self._private = private
+        self.path = path
+        self.public_key = _raw(private.public_key())
+        self.key_id = key_id(self.public_key)
+
+    @classmethod
+    def generate(cls) -> Signer:
+        return cls(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def load(cls, path: str) -> Signer:
+        """Read a PEM private key, refusing one that other users could read (as ssh does)."""
+        try:
+            info = os.stat(path)
+            data = Path(path).read_bytes()
+        except OSError as error:
+            raise UsageError(f"{path}: cannot read the signing key ({error.strerror})") from None
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise SigningError(f"{path}: the signing key is readable by other users; run chmod 600 {path}")
+        try:
+            private = serialization.load_pem_private_key(data, password=None)
+        except (ValueError, TypeError):
+            raise UsageError(f"{path}: not an unencrypted PEM private key (make one with tribunal key init)") from None
+        if not isinstance(private, Ed25519PrivateKey):
+            raise UsageError(f"{path}: not an Ed25519 key (make one with tribunal key init)")
+        return cls(private, path)
+
+    def pem(self) -> bytes:
+        return self._private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption())
+
+    def record(self, endorser: Signer | None = None) -> SigningKeyRecord:
+        """This key's public record, endorsed by ``endorser`` when it is not the registry's first key."""
+        public = _b64(self.public_key)
+        endorsement = None
+        if endorser is not None:
+            endorsement = Endorsement(key_id=endorser.key_id,
+                                      signature=_b64(endorser._private.sign(endorsement_bytes(public))))
+        return SigningKeyRecord(key_id=self.key_id, public_key=public, endorsement=endorsement)
+
+    def sign(self, subjects: list[Subject]) -> Signature:
+        return Signature(key_id=self.key_id, subjects=subjects,
+                         signature=_b64(self._private.sign(subjects_bytes(subjects))))
+
+
+def write_private_key(signer: Signer, out: Path) -> None:
+    """Write the key readable by its owner only; never overwrite an existing file."""
+    try:
+        handle = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise UsageError(f"{out}: already exists (a signing key is never overwritten)") from None
+    except OSError as error:
+        raise UsageError(f"{out}: cannot write the signing key ({error.strerror})") from None
+    with os.fdopen(handle, "wb") as file:
+        file.write(signer.pem())
+
+
+def parse_public_key(text: str) -> bytes:
+    """A public key given to ``--trust``: base64 of the raw key, a PEM public key, or a file holding either."""
+    value = text.strip()
+    if os.path.isfile(value):
+        value = Path(value).read_text().strip()
+    try:
+        if value.startswith("-----BEGIN"):
+            loaded = serialization.load_pem_public_key(value.encode())
+            if isinstance(loaded, Ed25519PublicKey):
+                return _raw(loaded)
+        else:
+            raw = base64.b64decode(value, validate=True)
+            if len(raw) == 32:
+                return raw
+    except ValueError:
+        pass
+    raise UsageError(f"--trust {text}: not an Ed25519 public key (base64 as `tribunal key init` prints it, or PEM)")
+
+
+def verifies(public_key: bytes, signature: str, message: bytes) -> bool:
+    try:
+        Ed25519PublicKey.from_public_bytes(public_key).verify(base64.b64decode(signature, validate=True), message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def resolve_key_file(configured: str | None) -> str | None:
+    """The private key to sign with: tribunal.toml's ``[signing] key_file``, else ``$TRIBUNAL_SIGNING_KEY``."""
+    return configured or os.environ.get(KEY_ENV) or None
+
+
+def trusted_keys(records: list[SigningKeyRecord], roots: list[bytes] | None) -> dict[str, bytes]:
+    """The keys a reader trusts: the roots (the registry's first key when none are given) and every later key
+    endorsed by one already trusted, in the order they were recorded."""
+    trusted = {key_id(root): root for root in roots or []}
+    for number, record in enumerate(records):
+        public = base64.b64decode(record.public_key)
+        if key_id(public) != record.key_id:
+            continue
+        anchor = roots is None and number == 0
+        endorsement = record.endorsement
+        endorsed = (endorsement is not None and endorsement.key_id in trusted
+                    and verifies(trusted[endorsement.key_id], endorsement.signature,
+                                 endorsement_bytes(record.public_key)))
+        if anchor or endorsed:
+            trusted[record.key_id] = public
+    return trusted

@@ -1,0 +1,134 @@
+"""Signed records (SPEC §12) through the CLI: each test is a forger or a stranger.
+
+The forger holds tribunal's own ``registry`` package and write access to the
+store, but not the private key. The stranger holds a copy of the registry and
+the public key, obtained out of band.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from registry import NewEntry, Registry, Role, Signer, canonical_json, write_private_key
+from tasks.sealing import seal_receipt
+from tests.helpers import copy_demo, tribunal
+
+PUBLIC_KEY_LINE = "public key "
+
+
+def signed_demo(tmp_path: Path, env: dict[str, str]) -> tuple[str, Path, Path, str]:
+    """The demo run on a registry whose anchor is a fresh key named in tribunal.toml: (registry, plan, config, key)."""
+    registry = str(tmp_path / "reg")
+    key = tmp_path / "keys" / "signing.pem"
+    key.parent.mkdir()
+    made = tribunal("key", "init", "--out", str(key), "--registry", registry, env=env)
+    assert made.returncode == 0, made.stderr
+    public = next(line for line in made.stdout.splitlines() if line.startswith(PUBLIC_KEY_LINE)).split()[2]
+    spec = copy_demo(tmp_path / "exp")
+    config = spec.parent / "tribunal.toml"
+    config.write_text(config.read_text() + f'\n[signing]\nkey_file = "{key}"\n')
+    plan = tmp_path / "plan.json"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=env).returncode == 0
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=env)
+    assert ran.returncode == 0, ran.stderr
+    return registry, plan, config, public
+
+
+def doctor(registry: str, env: dict[str, str], *extra: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    checked = tribunal("doctor", "--registry", registry, "--json", *extra, env=env)
+    return checked.returncode, json.loads(checked.stdout)
+
+
+def test_a_signed_run_verifies_for_a_stranger_with_only_a_copy_and_the_public_key(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A stranger's check: a copy of the registry plus the public key, no config, no private key."""
+    registry, plan, config, public = signed_demo(tmp_path, cli_env)
+    report = tribunal("report", "--plan", str(plan), "--registry", registry, "--config", str(config),
+                      "--format", "json", env=cli_env)
+    assert report.returncode == 0, report.stderr
+    key_id = Signer.load(str(tmp_path / "keys" / "signing.pem")).key_id
+    assert json.loads(report.stdout)["signing_key"] == key_id
+    copy = tmp_path / "stranger" / "reg"
+    shutil.copytree(registry, copy)
+    (tmp_path / "keys" / "signing.pem").unlink()
+    code, body = doctor(str(copy), cli_env, "--trust", public)
+    assert code == 0, body["findings"]
+    assert body["signing"]["state"] == "signed" and body["signing"]["trusted_by"] == "--trust"
+    assert body["signing"]["trusted"] == [key_id] and body["signing"]["signed_records"] > 10
+    text = tribunal("doctor", "--registry", str(copy), env=cli_env).stdout
+    assert "verified against the registry's own anchor" in " ".join(text.split())
+
+
+def test_a_forged_generation_without_the_private_key_is_a_finding(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Attack: append a self-consistent generation 2 (a receipt re-sealed with tribunal's own sealing code)
+    with the registry package; the forger has no private key, so it writes unsigned."""
+    registry, _, _, public = signed_demo(tmp_path, cli_env)
+    store = Registry.open(registry)
+    entry = next(e for e in store.entries(role=Role.GRADER_RECEIPT))
+    receipt = json.loads(store.get(entry.digest))
+    body = canonical_json(seal_receipt({**receipt, "passed": True}).model_dump(mode="json"))
+    forged = NewEntry(txn="forged:pass", role=Role.GRADER_RECEIPT.value, experiment_id=entry.experiment_id,
+                      attempt_id=entry.attempt_id, digest=store.put(body), size=len(body), generation=2)
+    with pytest.raises(Exception, match="signs its records"):
+        store.append([forged])  # tribunal's own writer refuses an unsigned verdict in a signed registry
+    [landed] = store.manifest.append([forged])  # the forger goes below the Registry API
+    code, found = doctor(registry, cli_env, "--trust", public)
+    assert code == 1
+    assert ("signature-missing", landed.seq) in {(f["kind"], f["seq"]) for f in found["findings"]}
+
+
+def test_a_key_of_the_forgers_own_signs_nothing_a_stranger_trusts(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Attack: record a second key without an endorsement and sign a forged receipt with it."""
+    registry, _, _, public = signed_demo(tmp_path, cli_env)
+    rogue_file = tmp_path / "keys" / "rogue.pem"
+    rogue = Signer.generate()
+    write_private_key(rogue, rogue_file)
+    refused = tribunal("key", "add", str(rogue_file), "--registry", registry, env=cli_env)
+    assert refused.returncode == 1 and "endorsed by a trusted one" in refused.stderr
+    store = Registry.open(registry)
+    record = canonical_json(rogue.record().model_dump(mode="json"))
+    store.manifest.append([NewEntry(txn="signing-key:rogue", role="signing-key", experiment_id="registry",
+                                    digest=store.put(record), size=len(record))])
+    entry = next(e for e in store.entries(role=Role.GRADER_RECEIPT))
+    receipt = json.loads(store.get(entry.digest))
+    body = canonical_json(seal_receipt({**receipt, "passed": True}).model_dump(mode="json"))
+    Registry.open(registry, key_file=str(rogue_file)).append([NewEntry(
+        txn="forged:rogue", role=Role.GRADER_RECEIPT.value, experiment_id=entry.experiment_id,
+        attempt_id=entry.attempt_id, digest=store.put(body), size=len(body), generation=2)])
+    code, found = doctor(registry, cli_env, "--trust", public)
+    kinds = {f["kind"] for f in found["findings"]}
+    assert code == 1 and {"signing-key-untrusted", "signature-missing"} <= kinds
+
+
+def test_trusting_the_wrong_key_fails_every_signature(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """A stranger handed the wrong key (or a registry re-anchored by a forger) sees every signed record fail."""
+    registry, _, _, _ = signed_demo(tmp_path, cli_env)
+    stranger = Signer.generate()
+    import base64
+
+    code, found = doctor(registry, cli_env, "--trust", base64.b64encode(stranger.public_key).decode())
+    store = Registry.open(registry)
+    signed = [e for e in store.entries() if e.role in {r.value for r in (
+        Role.GRADER_RECEIPT, Role.EVIDENCE_RECEIPT, Role.EXPERIMENT_RECORD, Role.REPORT, Role.MUTATION_RECEIPT)}]
+    missing = {f["seq"] for f in found["findings"] if f["kind"] == "signature-missing"}
+    assert code == 1 and missing == {e.seq for e in signed} and signed
+
+
+def test_an_unsigned_registry_still_verifies_and_doctor_says_it_is_unsigned(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    registry = str(tmp_path / "reg")
+    spec = copy_demo(tmp_path / "exp")
+    plan = tmp_path / "plan.json"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(spec.parent / "tribunal.toml"),
+                   env=cli_env)
+    assert ran.returncode == 0, ran.stderr
+    code, body = doctor(registry, cli_env)
+    assert code == 0 and body["signing"]["state"] == "unsigned"
+    assert "unsigned registry" in tribunal("doctor", "--registry", registry, env=cli_env).stdout
