@@ -33,8 +33,10 @@ from registry import (
     tune_allocators,
 )
 from tasks.attempts import attempt_states, make_contract
-from tasks.execution.sandbox import ensure_backend
+from tasks.execution.candidate import candidate_sandbox
+from tasks.execution.sandbox import ensure_backend, ensure_hidden
 from tasks.execution.workbench import Workbench, workbench
+from tasks.grading import grader_sandbox
 from tasks.progress import attempt_done
 from tasks.report import build_report, current_summaries, seal_experiment_record
 from tasks.steps import evaluate_attempts
@@ -105,6 +107,9 @@ def evaluate(request: EvaluateRequest) -> EvaluateSummary:
     config = load_config(find_config(request.config_path))
     ensure_backend(config.sandbox)
     registry = Registry.open_signing(request.registry_url, config)
+    ensure_hidden(registry.signer.path if registry.signer else None,
+                  [candidate_sandbox(config, plan, candidate) for candidate in plan.candidates]
+                  + [grader_sandbox(config, name, profile) for name, profile in config.grader_profiles.items()])
     missing = [d for d in plan_inputs(plan) if not registry.objects.exists(d)]
     if missing:
         raise UsageError(f"{len(missing)} plan inputs (e.g. {missing[0]}) are not in registry {registry.url}; "

@@ -18,8 +18,9 @@ from flows.generations import run_batches, seal_new_version
 from flows.requests import RegradeRequest, run_namer
 from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
-from tasks.execution.sandbox import ensure_backend
+from tasks.execution.sandbox import ensure_backend, ensure_hidden
 from tasks.execution.workbench import Workbench
+from tasks.grading import grader_sandbox
 from tasks.progress import attempt_done
 from tasks.regrade import (
     RegradeOutcome,
@@ -79,6 +80,8 @@ def regrade(request: RegradeRequest) -> RegradeSummary:
     config = load_config(find_config(request.config_path))
     ensure_backend(config.sandbox)
     registry = Registry.open_signing(request.registry_url, config)
+    ensure_hidden(registry.signer.path if registry.signer else None,
+                  [grader_sandbox(config, name, profile) for name, profile in config.grader_profiles.items()])
     profile = request.profile
     previous = latest_record_digest(registry, plan)
     head_before = head_label(registry)

@@ -210,6 +210,20 @@ def bwrap_version() -> str:
     return version.removeprefix("bubblewrap ").strip() or "unknown"
 
 
+def ensure_hidden(path: str | None, sandboxes: list[Sandbox], what: str = "the signing key") -> None:
+    """Refuse to run when a program could read ``path`` (the private signing key): a signature anyone in a
+    sandbox could make would prove nothing."""
+    if path is None:
+        return
+    for sandbox in sandboxes:
+        if not sandbox.isolated:
+            raise SandboxUnavailable(f"{what} {path} would be readable by unsandboxed {sandbox.role}s "
+                                     '([sandbox] backend = "none"): sign only with a sandbox')
+        if sandbox.sees(os.path.abspath(path)):
+            raise SandboxUnavailable(f"{what} {path} is inside a path a {sandbox.role} can read "
+                                     f"({sandbox.exposure.hint}): keep it outside every sandboxed path")
+
+
 def ensure_backend(settings: SandboxConfig) -> None:
     """Fail fast, before any attempt starts, if the configured backend cannot run."""
     if settings.backend == "bwrap":

@@ -132,3 +132,21 @@ def test_an_unsigned_registry_still_verifies_and_doctor_says_it_is_unsigned(
     code, body = doctor(registry, cli_env)
     assert code == 0 and body["signing"]["state"] == "unsigned"
     assert "unsigned registry" in tribunal("doctor", "--registry", registry, env=cli_env).stdout
+
+
+def test_a_signing_key_a_candidate_could_read_is_refused_before_anything_runs(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Attack: the operator keeps the key beside the agents (a candidate's read_only path); a candidate that
+    reads it could sign its own forged generation."""
+    registry = str(tmp_path / "reg")
+    spec = copy_demo(tmp_path / "exp")
+    key = spec.parent / "agents" / "signing.pem"
+    assert tribunal("key", "init", "--out", str(key), "--registry", registry, env=cli_env).returncode == 0
+    config = spec.parent / "tribunal.toml"
+    config.write_text(config.read_text() + f'\n[signing]\nkey_file = "{key}"\n')
+    plan = tmp_path / "plan.json"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env)
+    assert ran.returncode == 1 and "inside a path a candidate can read" in " ".join(ran.stderr.split())
+    assert not Registry.open(registry).entries(role=Role.TRANSCRIPT.value)
