@@ -21,8 +21,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
+demo: export TRIBUNAL_SIGNING_KEY = $(abspath $(DEMO_DIR))/signing.pem
 demo: $(STAMP) bubblewrap
 	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	$(BIN)/tribunal key init --out $(DEMO_DIR)/signing.pem --registry $(DEMO_DIR)/registry
 	$(BIN)/tribunal plan freeze examples/demo/experiment.toml -o $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
 	$(BIN)/tribunal run --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --config examples/demo/tribunal.toml
 	$(BIN)/tribunal report --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry

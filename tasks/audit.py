@@ -38,6 +38,7 @@ from registry import (
     digest,
 )
 from tasks.judge_audit import audit_judgements
+from tasks.rederive import rederive_candidate, rederive_receipt, rederive_records
 from tasks.sealing import receipt_disagreements, receipt_seal_holds
 from tasks.verdict import terminal_class
 
@@ -186,8 +187,17 @@ def audit_receipts(registry: Registry, attempt_ids: list[str] | None = None) -> 
         if entry.attempt_id is not None:
             by_attempt.setdefault(entry.attempt_id, []).append(entry)
     findings: list[Finding] = []
+    receipts: list[ManifestEntry] = []
     for entries in by_attempt.values():
         findings += audit_attempt(registry, entries) + audit_judgements(registry, entries)
+        findings += rederive_candidate(registry, entries)
+        receipts += [entry for entry in entries if entry.role == Role.GRADER_RECEIPT]
+    pins: dict[str, tuple[str, int]] = {}
+    for receipt in sorted(receipts, key=lambda entry: entry.seq):
+        findings += rederive_receipt(registry, receipt, pins)
+    if attempt_ids is None:
+        findings += rederive_records(registry, registry.entries(role=Role.EXPERIMENT_RECORD),
+                                     {entry.digest: entry for entry in receipts})
     return findings
 
 

@@ -106,8 +106,16 @@ def read_verdict(outcome: ProcessOutcome, timeout_s: float, what: str, cap_name:
         return False, Refusal("oversized", f"{what} output exceeds {cap_name}")
     if outcome.exit_code != 0:
         return False, Refusal("exit-status", f"{what} exited with code {outcome.exit_code}")
+    return verdict_in(outcome.stdout, what)
+
+
+def verdict_in(stdout: bytes, what: str) -> tuple[bool, Refusal | None]:
+    """The output contract on the bytes alone: one unambiguous JSON object with a boolean ``passed``.
+
+    Doctor re-applies it to a retained output to re-derive the verdict its result claims.
+    """
     try:
-        answer = strict_json_loads(outcome.stdout)
+        answer = strict_json_loads(stdout)
     except CanonicalJsonError:
         return False, Refusal("malformed", f"{what} output is ambiguous JSON (a duplicate key or a non-finite number)")
     except ValueError:

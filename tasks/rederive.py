@@ -1,0 +1,162 @@
+"""Doctor re-derives verdicts from the bytes (SPEC §12, "semantic doctor"). Plain functions, no Prefect.
+
+Seals and hash chains show that records did not change after they were
+written; they cannot show that a record follows from its evidence. A forger
+with the registry package can write a self-consistent generation whose
+result says ``passed=true`` while its own stored grader output says
+``false``. So doctor applies the rules again, to every generation:
+
+* the grader output, read through the same output contract the boundary
+  applies, yields the ``passed`` the result and the receipt claim (a result
+  that names a failure cannot pass);
+* the grader sha256 agrees between input, result and receipt, and one
+  grader id and version names one sha256 across the registry;
+* the candidate result names this attempt's retained transcript, patch and
+  terminal evidence, and does not claim success the evidence denies;
+* every experiment record's lines agree with the receipts they name.
+
+Each rule has its own finding kind; messages name the attempt and generation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from registry import (
+    CandidateResult,
+    ExperimentRecord,
+    Finding,
+    GraderInput,
+    GraderReceipt,
+    GraderResult,
+    ManifestEntry,
+    ObjectCorrupt,
+    ObjectMissing,
+    Registry,
+    Role,
+    TerminalEvidence,
+)
+from tasks.execution.boundary import verdict_in
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _read(registry: Registry, object_digest: str, model: type[M]) -> M | None:
+    try:
+        return model.model_validate(json.loads(registry.get(object_digest)))
+    except (ObjectMissing, ObjectCorrupt, ValueError, ValidationError):
+        return None
+
+
+def _finding(kind: str, entry: ManifestEntry, message: str) -> Finding:
+    generation = f" generation {entry.generation or 1}" if entry.role == Role.GRADER_RECEIPT else ""
+    return Finding(kind=kind, seq=entry.seq, digest=entry.digest,
+                   message=f"attempt {entry.attempt_id}{generation}: {message}")
+
+
+def _output(registry: Registry, object_digest: str) -> bytes | None:
+    try:
+        return registry.get(object_digest)
+    except (ObjectMissing, ObjectCorrupt):
+        return None
+
+
+def rederive_receipt(registry: Registry, entry: ManifestEntry, pins: dict[str, tuple[str, int]]) -> list[Finding]:
+    """One generation: its output yields its verdict; its grader sha256 is one and the version's pinned one.
+
+    ``pins`` maps ``grader_id@version`` to the first sha256 recorded for it (and where), across the registry.
+    """
+    receipt = _read(registry, entry.digest, GraderReceipt)
+    result = _read(registry, receipt.result_hash, GraderResult) if receipt else None
+    output = _output(registry, receipt.output_hash) if receipt else None
+    if receipt is None or result is None or output is None:
+        return []  # unreadable records are the receipt audit's findings
+    findings = []
+    if result.failure is None:
+        passed, refusal = verdict_in(output, "grader")
+        if refusal is not None or passed != result.passed:
+            says = refusal.message if refusal else f"passed={str(passed).lower()}"
+            findings.append(_finding("grader-output-contradicts-result", entry,
+                                     f"the stored grader output says {says}, the result passed="
+                                     f"{str(result.passed).lower()}"))
+    elif result.passed:
+        findings.append(_finding("grader-output-contradicts-result", entry,
+                                 f"the result passes although grading failed ({result.failure})"))
+    grader_input = _read(registry, receipt.input_hash, GraderInput)
+    named = {receipt.grader_sha256, result.grader_sha256, grader_input.grader_sha256 if grader_input else None}
+    named.discard(None)
+    key = f"{receipt.grader_id}@{receipt.grader_version}"
+    if len(named) > 1:
+        findings.append(_finding("grader-sha256-mismatch", entry,
+                                 f"input, result and receipt name different grader bytes: {sorted(map(str, named))}"))
+    elif named:
+        sha = str(next(iter(named)))
+        first, seq = pins.setdefault(key, (sha, entry.seq))
+        if sha != first:
+            findings.append(_finding("grader-sha256-mismatch", entry,
+                                     f"{key} ran as sha256 {sha}, but {key} was recorded as {first} at seq {seq}"))
+    return findings
+
+
+def rederive_candidate(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
+    """The newest candidate result names this attempt's retained evidence and agrees with how the run ended."""
+    newest = {entry.role: entry for entry in entries}
+    result_entry = newest.get(Role.CANDIDATE_RESULT)
+    result = _read(registry, result_entry.digest, CandidateResult) if result_entry else None
+    if result_entry is None or result is None:
+        return []
+    findings = []
+    retained = {entries_role: newest[entries_role].digest for entries_role in
+                (Role.TRANSCRIPT, Role.PATCH, Role.TERMINAL_EVIDENCE) if entries_role in newest}
+    claimed = {Role.TRANSCRIPT: result.transcript_digest, Role.PATCH: result.patch_digest,
+               Role.TERMINAL_EVIDENCE: result.terminal_evidence_digest}
+    for role, digest in claimed.items():
+        if retained.get(role) != digest:
+            findings.append(_finding("candidate-result-unbound", result_entry,
+                                     f"the candidate result names {role} {digest}, the attempt retained "
+                                     f"{retained.get(role, 'none')}"))
+    terminal = _read(registry, result.terminal_evidence_digest, TerminalEvidence)
+    if terminal is not None and result.succeeded and (
+            terminal.status != "completed" or terminal.exit_code not in (0, None) or terminal.limit is not None):
+        findings.append(_finding("candidate-result-contradicts-evidence", result_entry,
+                                 f"the result claims success, the terminal evidence says {terminal.status} "
+                                 f"(exit {terminal.exit_code}{', limit ' + terminal.limit if terminal.limit else ''})"))
+    return findings
+
+
+def rederive_records(registry: Registry, records: Iterable[ManifestEntry],
+                     receipts: dict[str, ManifestEntry]) -> list[Finding]:
+    """Every experiment record's lines name receipts of their attempts and say what those receipts say."""
+    findings = []
+    for entry in records:
+        record = _read(registry, entry.digest, ExperimentRecord)
+        if record is None:
+            findings.append(Finding(kind="experiment-record-unreadable", seq=entry.seq, digest=entry.digest,
+                                    message=f"experiment record at seq {entry.seq} does not parse"))
+            continue
+        if record.resolved != sum(line.resolved for line in record.attempts):
+            findings.append(Finding(kind="experiment-record-disagrees", seq=entry.seq, digest=entry.digest,
+                                    message=f"record at seq {entry.seq} counts {record.resolved} resolved, its "
+                                            f"lines {sum(line.resolved for line in record.attempts)}"))
+        for line in record.attempts:
+            receipt_entry = receipts.get(line.receipt_digest)
+            receipt = _read(registry, line.receipt_digest, GraderReceipt) if receipt_entry else None
+            problem = None
+            if receipt_entry is None or receipt_entry.attempt_id != line.attempt_id:
+                problem = f"names receipt {line.receipt_digest}, which is not a receipt of this attempt"
+            elif (receipt_entry.generation or 1) != line.generation:
+                problem = (f"says generation {line.generation}, its receipt is generation "
+                           f"{receipt_entry.generation or 1}")
+            elif line.resolved and (receipt is None or not receipt.passed):
+                problem = "counts the attempt resolved, its receipt did not pass"
+            elif line.resolved != (line.terminal_class == "resolved"):
+                problem = f"says resolved={line.resolved} for terminal class {line.terminal_class}"
+            if problem:
+                findings.append(Finding(kind="experiment-record-disagrees", seq=entry.seq, digest=entry.digest,
+                                        message=f"experiment record at seq {entry.seq}, attempt {line.attempt_id}: "
+                                                f"{problem}"))
+    return findings

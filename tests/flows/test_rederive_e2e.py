@@ -1,0 +1,122 @@
+"""Doctor re-derives verdicts from the bytes (SPEC §12): each test is a forger with the registry package.
+
+Every forged record here is well formed, sealed with tribunal's own sealing
+code and stored under its true digest, so every hash check holds; only
+re-deriving the verdict from the evidence catches it. One demo run is shared;
+each test forges on its own copy of the registry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from registry import NewEntry, Registry, Role, canonical_json
+from tasks.sealing import seal_receipt
+from tests.helpers import copy_demo, tribunal
+
+
+@pytest.fixture(scope="module")
+def demo_registry(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("rederive")
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+    spec = copy_demo(root / "exp")
+    plan = root / "plan.json"
+    registry = root / "reg"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", str(registry), env=env).returncode == 0
+    config = spec.parent / "tribunal.toml"
+    ran = tribunal("run", "--plan", str(plan), "--registry", str(registry), "--config", str(config), env=env)
+    assert ran.returncode == 0, ran.stderr
+    yield registry
+
+
+@pytest.fixture
+def store(demo_registry: Path, tmp_path: Path) -> Registry:
+    shutil.copytree(demo_registry, tmp_path / "reg")
+    return Registry.open(str(tmp_path / "reg"))
+
+
+def findings(store: Registry) -> set[tuple[str, int | None]]:
+    checked = tribunal("doctor", "--registry", store.url, "--json")
+    assert checked.returncode == 1, "doctor must flag the forgery"
+    return {(f["kind"], f["seq"]) for f in json.loads(checked.stdout)["findings"]}
+
+
+def put(store: Registry, record: dict[str, Any]) -> tuple[str, int]:
+    data = canonical_json(record)
+    return store.put(data), len(data)
+
+
+def failing_receipt(store: Registry) -> tuple[Any, dict[str, Any]]:
+    """The newest receipt of an attempt whose grader said passed=false (a wrong fix), and its result."""
+    for entry in store.entries(role=Role.GRADER_RECEIPT.value):
+        receipt = json.loads(store.get(entry.digest))
+        result = json.loads(store.get(receipt["result_hash"]))
+        if not receipt["passed"] and result["failure"] is None:
+            return entry, receipt
+    raise AssertionError("the demo has a wrongly fixed attempt")
+
+
+def test_a_generation_whose_result_contradicts_its_own_output_is_a_finding(store: Registry) -> None:
+    """Attack: keep the grader's real output (passed=false), write a result and a receipt saying passed=true."""
+    entry, receipt = failing_receipt(store)
+    result = json.loads(store.get(receipt["result_hash"]))
+    result_digest, result_size = put(store, {**result, "passed": True})
+    forged = seal_receipt({**receipt, "passed": True, "result_hash": result_digest}).model_dump(mode="json")
+    receipt_digest, receipt_size = put(store, forged)
+    landed = store.append([
+        NewEntry(txn="forged:result", role=Role.GRADER_RESULT.value, experiment_id=entry.experiment_id,
+                 attempt_id=entry.attempt_id, digest=result_digest, size=result_size, generation=2),
+        NewEntry(txn="forged:receipt", role=Role.GRADER_RECEIPT.value, experiment_id=entry.experiment_id,
+                 attempt_id=entry.attempt_id, digest=receipt_digest, size=receipt_size, generation=2),
+    ])
+    assert ("grader-output-contradicts-result", landed[1].seq) in findings(store)
+
+
+def test_a_receipt_naming_other_grader_bytes_than_its_result_is_a_finding(store: Registry) -> None:
+    """Attack: relabel which grader bytes produced a verdict (a receipt claiming the pinned sha256 for a result
+    graded by other bytes)."""
+    entry, receipt = failing_receipt(store)
+    forged = seal_receipt({**receipt, "grader_sha256": "0" * 64}).model_dump(mode="json")
+    digest, size = put(store, forged)
+    [landed] = store.append([NewEntry(txn="forged:sha", role=Role.GRADER_RECEIPT.value,
+                                      experiment_id=entry.experiment_id, attempt_id=entry.attempt_id,
+                                      digest=digest, size=size, generation=2)])
+    assert ("grader-sha256-mismatch", landed.seq) in findings(store)
+
+
+def test_a_candidate_result_claiming_success_the_evidence_denies_is_a_finding(store: Registry) -> None:
+    """Attack: a crashed candidate's result rewritten to succeeded=true (its terminal evidence says failed)."""
+    for entry in store.entries(role=Role.CANDIDATE_RESULT.value):
+        result = json.loads(store.get(entry.digest))
+        evidence = json.loads(store.get(result["terminal_evidence_digest"]))
+        if evidence["status"] != "completed":
+            break
+    else:
+        raise AssertionError("the demo has a crashing candidate")
+    digest, size = put(store, {**result, "succeeded": True})
+    [landed] = store.append([NewEntry(txn="forged:candidate", role=Role.CANDIDATE_RESULT.value,
+                                      experiment_id=entry.experiment_id, attempt_id=entry.attempt_id,
+                                      digest=digest, size=size)])
+    assert ("candidate-result-contradicts-evidence", landed.seq) in findings(store)
+
+
+def test_an_experiment_record_counting_a_failed_attempt_resolved_is_a_finding(store: Registry) -> None:
+    """Attack: a new experiment record whose line for a wrongly fixed attempt says resolved."""
+    entry, _ = failing_receipt(store)
+    record_entry = store.entries(role=Role.EXPERIMENT_RECORD.value)[-1]
+    record = json.loads(store.get(record_entry.digest))
+    for line in record["attempts"]:
+        if line["attempt_id"] == entry.attempt_id:
+            line.update(resolved=True, terminal_class="resolved", failure_labels=[])
+    record["resolved"] += 1
+    digest, size = put(store, record)
+    [landed] = store.append([NewEntry(txn="forged:record", role=Role.EXPERIMENT_RECORD.value,
+                                      experiment_id=record_entry.experiment_id, digest=digest, size=size)])
+    assert ("experiment-record-disagrees", landed.seq) in findings(store)
