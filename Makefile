@@ -28,7 +28,7 @@ demo: $(STAMP) bubblewrap
 	$(BIN)/tribunal plan freeze examples/demo/experiment.toml -o $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
 	$(BIN)/tribunal run --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --config examples/demo/tribunal.toml
 	$(BIN)/tribunal report --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
-	$(BIN)/tribunal doctor --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
+	$(BIN)/tribunal doctor --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --replay all --config examples/demo/tribunal.toml
 ifdef JUDGE_ENDPOINT
 	$(BIN)/python examples/demo/judged.py $(DEMO_DIR)/judged
 	$(BIN)/tribunal plan freeze $(DEMO_DIR)/judged/experiment.toml -o $(DEMO_DIR)/judged-plan.json --registry $(DEMO_DIR)/registry

@@ -159,22 +159,52 @@ def doctor(
         list[str] | None, typer.Option("--trust", help="Verify signatures against this public key (base64, PEM, "
                                        "or a file holding one; repeatable) instead of the registry's own anchor.")
     ] = None,
+    replay: Annotated[str | None, typer.Option("--replay", help="Run the pinned graders again on N retained "
+                                               "inputs (chosen at random, seeded by the head) or 'all'.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="tribunal.toml naming the grader files and "
+                                                "their `deterministic` setting, for --replay.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Verify the manifest chain, objects, segments, signatures and grader receipts; exit 1 on any finding."""
+    """Verify the manifest chain, objects, segments, signatures and grader receipts, re-derive every verdict,
+    and (--replay) run graders again; exit 1 on any finding."""
     pins = [Pin.parse(text) for text in pin or []]
     keys = [parse_public_key(text) for text in trust or []]
+    count = replay_count(replay)
+    replay_config = load_config(find_config(str(config) if config else None)) if replay is not None else None
     if plan is not None:
         load_plan(plan)
     store = open_registry(registry)
     with err.status("checking the registry..."):
         report = audit_registry(store, pins, trust=keys or None)
+    replayed = None
+    if replay_config is not None:
+        from tasks.replay import replay as replay_verdicts
+
+        ensure_backend(replay_config.sandbox)
+        with err.status("replaying graders..."):
+            replayed = replay_verdicts(store, replay_config, count)
+        report = report.model_copy(update={"findings": report.findings + replayed.findings})
     if as_json:
-        print_json({**report.model_dump(mode="json"), "clean": report.clean})
+        extra = {} if replayed is None else {"replay": {"chosen": replayed.chosen, "replayed": replayed.replayed,
+                                                        "reproduced": replayed.reproduced,
+                                                        "unavailable": replayed.unavailable,
+                                                        "profile_drift": replayed.profile_drift}}
+        print_json({**report.model_dump(mode="json"), "clean": report.clean, **extra})
     else:
+        if replayed is not None:
+            out.print(escape(replayed.line()))
         render_doctor(report)
     if not report.clean:
         raise typer.Exit(1)
+
+
+def replay_count(option: str | None) -> int | None:
+    """``--replay N`` (a positive count) or ``all`` (None); anything else is a usage error."""
+    if option is None or option == "all":
+        return None
+    if not option.isdigit() or int(option) < 1:
+        raise UsageError(f"--replay {option!r}: give a positive number of verdicts, or all")
+    return int(option)
 
 
 @app.command()

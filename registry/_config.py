@@ -43,6 +43,8 @@ class GraderProfile(Strict):
     read_only: list[str] = []
     """Host paths only this grader sees (read-only), e.g. hidden tests kept outside the case repo."""
     gate: Gate = Gate()
+    deterministic: bool = True
+    """``doctor --replay`` expects the same output bytes; false: only the same ``passed``."""
 
 
 class JudgeConfig(Strict):

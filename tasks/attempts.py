@@ -148,8 +148,9 @@ def load_retained(registry: Registry, state: AttemptState) -> RetainedAttempt:
 
 def store_grading(registry: Registry, contract: AttemptContract, grading: Grading, generation: int, step: str) -> None:
     """Store the four grading records (and the grader's sandbox profile) and append them as one commit."""
-    if grading.sandbox_profile:
-        registry.put(grading.sandbox_profile)
+    for kept in (grading.sandbox_profile, grading.program):
+        if kept:
+            registry.put(kept)
     stored = {
         Role.GRADER_INPUT: grading.input_bytes,
         Role.GRADER_OUTPUT: grading.output_bytes,

@@ -35,6 +35,8 @@ class Grading:
     receipt: GraderReceipt
     sandbox_profile: bytes = b""
     """The canonical profile the grader ran in, stored beside the records (empty if no grader ran)."""
+    program: bytes = b""
+    """The grader's pinned bytes, stored under their own sha256 so ``doctor --replay`` can run them again."""
 
     @property
     def result_bytes(self) -> bytes:
@@ -54,7 +56,7 @@ def grader_sandbox(config: Config, profile_name: str, profile: GraderProfile) ->
     return Sandbox(config.sandbox, "grader", exposure, ("PATH",))
 
 
-def _run_grader(profile: GraderProfile, sandbox: Sandbox, input_bytes: bytes, snapshot_digest: str,
+def run_grader(profile: GraderProfile, sandbox: Sandbox, input_bytes: bytes, snapshot_digest: str,
                 snapshot: Snapshot, patch: bytes, bench: Workbench) -> tuple[bytes, bool, str | None]:
     with scratch_dir(bench, "grade-") as tmp:
         workspace = Path(tmp) / "workspace"
@@ -82,7 +84,7 @@ def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: G
     if profile is not None:
         grader_input = grader_input.model_copy(update={"grader_sha256": profile.sha256})
     input_bytes = canonical_json(grader_input.model_dump(mode="json"))
-    output, passed, sandbox = b"", False, None
+    output, passed, sandbox, program = b"", False, None, b""
     failure: str | None
     if profile is None:
         grader_id, version, failure = f"missing:{profile_name}", UNAVAILABLE, "grader profile is not configured"
@@ -94,8 +96,9 @@ def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: G
         sandbox = grader_sandbox(config, profile_name, profile)
         pin = check_pinned_file(Path(profile.path), profile.sha256, "grader")
         failure = pin.message if pin else None
+        program = Path(profile.path).read_bytes() if failure is None else b""
         if failure is None:
-            output, passed, failure = _run_grader(
+            output, passed, failure = run_grader(
                 profile, sandbox, input_bytes, grader_input.contract.snapshot_digest, snapshot, patch, bench
             )
     result = GraderResult(
@@ -114,4 +117,4 @@ def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: G
         }
     )
     return Grading(input_bytes=input_bytes, output_bytes=output, result=result, receipt=receipt,
-                   sandbox_profile=sandbox.profile_bytes if sandbox else b"")
+                   sandbox_profile=sandbox.profile_bytes if sandbox else b"", program=program)

@@ -37,6 +37,13 @@ def demo_registry(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) ->
 
 
 @pytest.fixture
+def config(demo_registry: Path, tmp_path: Path) -> Path:
+    """The demo's tribunal.toml (its graders' files), copied so a test may change it."""
+    shutil.copytree(demo_registry.parent / "exp", tmp_path / "exp")
+    return tmp_path / "exp" / "tribunal.toml"
+
+
+@pytest.fixture
 def store(demo_registry: Path, tmp_path: Path) -> Registry:
     shutil.copytree(demo_registry, tmp_path / "reg")
     return Registry.open(str(tmp_path / "reg"))
@@ -120,3 +127,71 @@ def test_an_experiment_record_counting_a_failed_attempt_resolved_is_a_finding(st
     [landed] = store.append([NewEntry(txn="forged:record", role=Role.EXPERIMENT_RECORD.value,
                                       experiment_id=record_entry.experiment_id, digest=digest, size=size)])
     assert ("experiment-record-disagrees", landed.seq) in findings(store)
+
+
+def replayed(store: Registry, config: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    checked = tribunal("doctor", "--registry", store.url, "--replay", "all", "--config", str(config), "--json", *extra)
+    return checked.returncode, json.loads(checked.stdout)
+
+
+def swap_output(store: Registry, victim: Any, donor: Any) -> int:
+    """Forge generation 2 of ``victim``: ``donor``'s grader output, with a result and a receipt that agree with it."""
+    receipt = json.loads(store.get(victim.digest))
+    donor_receipt = json.loads(store.get(donor.digest))
+    result = json.loads(store.get(receipt["result_hash"]))
+    output = store.get(donor_receipt["output_hash"])
+    passed = json.loads(output)["passed"]
+    result_digest, result_size = put(store, {**result, "passed": passed, "evidence_hash": donor_receipt["output_hash"]})
+    forged = seal_receipt({**receipt, "passed": passed, "output_hash": donor_receipt["output_hash"],
+                           "result_hash": result_digest}).model_dump(mode="json")
+    receipt_digest, receipt_size = put(store, forged)
+    common = {"experiment_id": victim.experiment_id, "attempt_id": victim.attempt_id, "generation": 2}
+    landed = store.append([
+        NewEntry(txn="swap:output", role=Role.GRADER_OUTPUT.value, digest=donor_receipt["output_hash"],
+                 size=len(output), **common),
+        NewEntry(txn="swap:result", role=Role.GRADER_RESULT.value, digest=result_digest, size=result_size, **common),
+        NewEntry(txn="swap:receipt", role=Role.GRADER_RECEIPT.value, digest=receipt_digest, size=receipt_size,
+                 **common),
+    ])
+    return landed[2].seq
+
+
+def graded(store: Registry, passed: bool) -> list[Any]:
+    """Receipts of attempts whose grader ran the tests and answered ``passed``."""
+    found = []
+    for entry in store.entries(role=Role.GRADER_RECEIPT.value):
+        receipt = json.loads(store.get(entry.digest))
+        output = json.loads(store.get(receipt["output_hash"]))
+        if receipt["passed"] == passed and output.get("counts"):
+            found.append(entry)
+    return found
+
+
+def test_replay_of_the_demo_reproduces_every_verdict(store: Registry, config: Path) -> None:
+    code, body = replayed(store, config)
+    assert code == 0, body["findings"]
+    assert body["replay"]["replayed"] == body["replay"]["reproduced"] == 10
+
+
+def test_replay_flags_a_grader_output_swapped_for_another_valid_one(store: Registry, config: Path) -> None:
+    """Attack: a wrong fix's generation 2 carries a right fix's real grader output (passed=true), with a result
+    and a receipt that agree with it: every seal and every re-derivation holds; only running the grader again on
+    the wrong fix's input shows the output is not its own."""
+    victim, donor = graded(store, passed=False)[0], graded(store, passed=True)[0]
+    seq = swap_output(store, victim, donor)
+    code, body = replayed(store, config)
+    assert code == 1 and [(f["kind"], f["seq"]) for f in body["findings"]] == [("replay-differs", seq)]
+
+
+def test_a_non_deterministic_grader_is_replayed_on_its_verdict_only(store: Registry, config: Path) -> None:
+    """``deterministic = false``: another output with the same ``passed`` reproduces; a different verdict does not."""
+    wrong = graded(store, passed=False)
+    same_verdict = swap_output(store, wrong[0], wrong[1])
+    config.write_text(config.read_text().replace("[grader_profiles.unit-tests]",
+                                                 "[grader_profiles.unit-tests]\ndeterministic = false"))
+    assert "deterministic = false" in config.read_text()
+    code, body = replayed(store, config)
+    assert code == 0 and body["replay"]["reproduced"] == 10, body["findings"]
+    config.write_text(config.read_text().replace("deterministic = false", "deterministic = true"))
+    code, body = replayed(store, config)
+    assert [(f["kind"], f["seq"]) for f in body["findings"]] == [("replay-differs", same_verdict)]
