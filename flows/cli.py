@@ -48,6 +48,7 @@ from registry import (
     TribunalError,
     UsageError,
     canonical_json,
+    ensure_signed,
     find_config,
     freeze_experiment,
     load_config,
@@ -371,6 +372,7 @@ def report(
     if plan is None:
         raise UsageError("report needs --plan (or --compare A B)")
     frozen = load_plan(plan)
+    ensure_signed(store, frozen.experiment)
     decision = publish_report(store, frozen, grader_version) if publish else None
     built = decision.report if decision else build_report(store, frozen, grader_version, history=history)
     if built is None:

@@ -26,6 +26,7 @@ from registry import (
     Registry,
     Role,
     UsageError,
+    ensure_signed,
     find_config,
     load_config,
     load_plan,
@@ -117,6 +118,7 @@ def evaluate(request: EvaluateRequest) -> EvaluateSummary:
     data = plan_bytes(plan)
     registry.append([NewEntry(txn=f"plan:{plan.plan_hash}", role=Role.PLAN.value, experiment_id=plan.experiment,
                               digest=registry.put(data), size=len(data))])
+    ensure_signed(registry, plan.experiment)
     states = attempt_states(registry, plan.experiment)
     refs = list(plan.attempt_refs())
     judges = {case.id: case.judge for case in plan.cases}

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from flows.generations import run_batches, seal_new_version
 from flows.requests import RegradeRequest, run_namer
-from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
+from registry import Config, Registry, ensure_signed, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
 from tasks.execution.sandbox import ensure_backend, ensure_hidden
 from tasks.execution.workbench import Workbench
@@ -83,6 +83,7 @@ def regrade(request: RegradeRequest) -> RegradeSummary:
     ensure_hidden(registry.signer.path if registry.signer else None,
                   [grader_sandbox(config, name, profile) for name, profile in config.grader_profiles.items()])
     profile = request.profile
+    ensure_signed(registry, plan.experiment)
     previous = latest_record_digest(registry, plan)
     head_before = head_label(registry)
     profiles = {profile} if profile else {case.grader_profile for case in plan.cases}

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from flows.generations import run_batches, seal_new_version
 from flows.requests import RejudgeRequest, run_namer
-from registry import Config, Registry, find_config, load_config, load_plan, tune_allocators
+from registry import Config, Registry, ensure_signed, find_config, load_config, load_plan, tune_allocators
 from tasks.attempts import AttemptState, attempt_states
 from tasks.execution.sandbox import ensure_backend
 from tasks.execution.workbench import Workbench
@@ -73,6 +73,7 @@ def rejudge(request: RejudgeRequest) -> RejudgeSummary:
     ensure_backend(config.sandbox)
     registry = Registry.open_signing(request.registry_url, config)
     judge = request.judge
+    ensure_signed(registry, plan.experiment)
     previous = latest_record_digest(registry, plan)
     head_before = head_label(registry)
     batches = run_batches(rejudge_batch, registry, plan, {"config": config, "judge": judge}, request.concurrency,

@@ -72,7 +72,7 @@ from registry._records import (
 )
 from registry._registry import Registry, resolve_registry_url
 from registry._sandbox import SandboxConfig, SandboxProfile
-from registry._signatures import SigningStatus
+from registry._signatures import SigningStatus, ensure_signed
 from registry._signing import (
     KEY_ENV,
     SIGNED_ROLES,
@@ -161,6 +161,7 @@ __all__ = [
     "check_registry",
     "digest",
     "digest_json",
+    "ensure_signed",
     "find_config",
     "freeze_experiment",
     "is_digest",

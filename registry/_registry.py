@@ -26,12 +26,15 @@ from registry._signing import (
     SIGNATURE_ROLE,
     SIGNED_ROLES,
     SIGNING_KEY_ROLE,
+    Signature,
     Signer,
     SigningError,
     SigningKeyRecord,
     Subject,
     resolve_key_file,
+    subjects_bytes,
     trusted_keys,
+    verifies,
 )
 from registry._storage import Storage, open_storage
 
@@ -134,7 +137,27 @@ class Registry:
                     f"tribunal.toml or {KEY_ENV} to a key recorded in it"
                 )
             return self.manifest.append(drafts)
-        return self.manifest.append([*drafts, self._signature(self.signer, signed)])[: len(drafts)]
+        landed = self.manifest.append([*drafts, self._signature(self.signer, signed)])[: len(drafts)]
+        for draft, entry in zip(drafts, landed, strict=True):
+            if draft.role in SIGNED_ROLES and entry.digest != draft.digest and not self._vouched(entry):
+                raise SigningError(
+                    f"txn {entry.txn} is already held by seq {entry.seq}, which no trusted key signed: another writer "
+                    "recorded it first; run `tribunal doctor` (this registry's record of it is not trusted)"
+                )
+        return landed
+
+    def _vouched(self, entry: ManifestEntry) -> bool:
+        """Whether a valid signature by a trusted key covers this stored entry (a deduplicated txn's holder)."""
+        subject = Subject(txn=entry.txn, role=entry.role, experiment_id=entry.experiment_id,
+                          attempt_id=entry.attempt_id, generation=entry.generation, digest=entry.digest)
+        trusted = trusted_keys(self.signing_keys(), None)
+        for signature_entry in self.entries(attempt_id=entry.attempt_id, role=SIGNATURE_ROLE):
+            signature = self.load(signature_entry.digest, Signature)
+            public = trusted.get(signature.key_id)
+            if public is not None and subject in signature.subjects and verifies(
+                    public, signature.signature, subjects_bytes(signature.subjects)):
+                return True
+        return False
 
     def _signature(self, signer: Signer, signed: list[NewEntry]) -> NewEntry:
         """One detached signature entry over the subjects of an append's signed drafts."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import ValidationError
 
 from registry._canonical import strict_json_loads
@@ -25,6 +26,7 @@ from registry._signing import (
     SIGNED_ROLES,
     SIGNING_KEY_ROLE,
     Signature,
+    SigningError,
     SigningKeyRecord,
     Subject,
     key_id,
@@ -137,3 +139,21 @@ def _verified_subjects(registry: Registry, rows: list[dict[str, object]], truste
 def trust_roots(keys: list[bytes]) -> list[bytes] | None:
     """``--trust`` values as roots (None: the registry's anchor), deduplicated by key id."""
     return list({key_id(key): key for key in keys}.values()) or None
+
+
+def ensure_signed(registry: Registry, experiment_id: str) -> None:
+    """Refuse to build on an experiment whose signed records do not all verify against the registry's anchor.
+
+    Run, regrade, rejudge and report read verdicts back (an attempt with a
+    receipt counts as sealed); in a signed registry a receipt no trusted key
+    signed must not count, so the command stops with doctor's first finding.
+    Unsigned registries are left to doctor's re-derivation.
+    """
+    table = registry.table()
+    scope = table.filter(pc.field("experiment_id").isin([experiment_id, "registry"]))
+    if not scope.filter(pc.field("role") == SIGNING_KEY_ROLE).num_rows:
+        return
+    _, findings = check_signatures(registry, scope, None)
+    if findings:
+        raise SigningError(f"{len(findings)} records of {experiment_id} fail signature verification, e.g. "
+                           f"{findings[0].message}; run `tribunal doctor`")

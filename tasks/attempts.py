@@ -29,12 +29,14 @@ from registry import (
     JudgementLine,
     ManifestEntry,
     NewEntry,
+    ObjectMissing,
     Plan,
     RedactionRefusal,
     RefusalReason,
     Registry,
     Role,
     SandboxProfile,
+    TribunalError,
 )
 from tasks.execution.candidate import execute_candidate
 from tasks.execution.workbench import Workbench
@@ -268,6 +270,10 @@ def unmeasured_reason(state: AttemptState | None, judge: str | None, grader_vers
     return "no sealed verdict"
 
 
+class RecordsUnreadable(TribunalError):
+    """An attempt's sealed verdict cannot be read back as records (a damaged or forged registry)."""
+
+
 def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
               receipt_entry: ManifestEntry | None = None, judge: str | None = None) -> AttemptSummary:
     """An attempt's verdict under one receipt: by default the newest (last in sequence wins).
@@ -275,10 +281,14 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
     Who and what the attempt is come from the plan (``ref``), whose hash the
     attempt id binds; only the verdict inputs are read from the registry.
     """
-    candidate = registry.load(state.entries[Role.CANDIDATE_RESULT].digest, CandidateResult)
-    receipt_entry = receipt_entry or state.entries[Role.GRADER_RECEIPT]
-    receipt = registry.load(receipt_entry.digest, GraderReceipt)
-    result = registry.load(receipt.result_hash, GraderResult)
+    try:
+        candidate = registry.load(state.entries[Role.CANDIDATE_RESULT].digest, CandidateResult)
+        receipt_entry = receipt_entry or state.entries[Role.GRADER_RECEIPT]
+        receipt = registry.load(receipt_entry.digest, GraderReceipt)
+        result = registry.load(receipt.result_hash, GraderResult)
+    except (KeyError, ValueError, ObjectMissing) as error:
+        raise RecordsUnreadable(f"attempt {ref.attempt_id}: its sealed verdict does not read back as records "
+                                f"({type(error).__name__}); run `tribunal doctor`") from None
     judgements = [
         JudgementLine(generation=j.generation, passed=j.passed, failure=j.failure,
                       judge_policy_hash=j.judge_policy_hash,

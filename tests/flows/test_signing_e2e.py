@@ -150,3 +150,59 @@ def test_a_signing_key_a_candidate_could_read_is_refused_before_anything_runs(
     ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env)
     assert ran.returncode == 1 and "inside a path a candidate can read" in " ".join(ran.stderr.split())
     assert not Registry.open(registry).entries(role=Role.TRANSCRIPT.value)
+
+
+def test_pre_appended_grading_txns_cannot_replace_tribunals_grading(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Attack: before the run, a writer appends the txns tribunal will use for an attempt's grading, holding a
+    passing receipt, so that txn deduplication throws tribunal's real grading away."""
+    registry = str(tmp_path / "reg")
+    key = tmp_path / "signing.pem"
+    assert tribunal("key", "init", "--out", str(key), "--registry", registry, env=cli_env).returncode == 0
+    spec = copy_demo(tmp_path / "exp")
+    config = spec.parent / "tribunal.toml"
+    config.write_text(config.read_text() + f'\n[signing]\nkey_file = "{key}"\n')
+    plan = tmp_path / "plan.json"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
+    from registry import load_plan
+
+    frozen = load_plan(plan)
+    victim = next(ref.attempt_id for ref in frozen.attempt_refs() if ref.candidate_id == "agent-hasty")
+    store = Registry.open(registry)
+    fake = canonical_json({"passed": True})
+    forged = [NewEntry(txn=f"evaluate:{victim}:grading:{role.value}", role=role.value, experiment_id=frozen.experiment,
+                       attempt_id=victim, digest=store.put(fake), size=len(fake), generation=1)
+              for role in (Role.GRADER_INPUT, Role.GRADER_OUTPUT, Role.GRADER_RESULT, Role.GRADER_RECEIPT)]
+    store.manifest.append(forged)
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=cli_env)
+    assert ran.returncode == 1 and "fail signature verification" in " ".join(ran.stderr.split())
+    assert "Traceback" not in ran.stderr
+    code, found = doctor(registry, cli_env)
+    assert code == 1 and "signature-missing" in {f["kind"] for f in found["findings"]}
+    report = tribunal("report", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env)
+    assert report.returncode == 1 and "fail signature verification" in " ".join(report.stderr.split())
+
+
+def test_pre_appended_junk_in_an_unsigned_registry_stops_the_run_with_a_message(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The same attack on an unsigned registry: nothing can tell who wrote it, but the run fails closed with an
+    actionable message, never a traceback, and doctor names the junk."""
+    registry = str(tmp_path / "reg")
+    spec = copy_demo(tmp_path / "exp")
+    plan = tmp_path / "plan.json"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
+    from registry import load_plan
+
+    frozen = load_plan(plan)
+    victim = next(ref.attempt_id for ref in frozen.attempt_refs())
+    store = Registry.open(registry)
+    fake = canonical_json({"passed": True})
+    store.manifest.append([NewEntry(txn=f"evaluate:{victim}:grading:grader-receipt", role=Role.GRADER_RECEIPT.value,
+                                    experiment_id=frozen.experiment, attempt_id=victim, digest=store.put(fake),
+                                    size=len(fake), generation=1)])
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(spec.parent / "tribunal.toml"),
+                   env=cli_env)
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr
+    assert f"attempt {victim}: its sealed verdict does not read back" in " ".join(ran.stderr.split())
+    code, found = doctor(registry, cli_env)
+    assert code == 1 and "receipt-unreadable" in {f["kind"] for f in found["findings"]}
