@@ -101,10 +101,19 @@ def grade(*, attempt_id: str, profile_name: str, config: Config, grader_input: G
             output, passed, failure = run_grader(
                 profile, sandbox, input_bytes, grader_input.contract.snapshot_digest, snapshot, patch, bench
             )
+    return sealed_grading(attempt_id=attempt_id, profile_name=profile_name, grader_id=grader_id, version=version,
+                          grader_sha256=profile.sha256 if profile else None, input_bytes=input_bytes, output=output,
+                          passed=passed, failure=failure, sandbox=sandbox, program=program)
+
+
+def sealed_grading(*, attempt_id: str, profile_name: str, grader_id: str, version: str, grader_sha256: str | None,
+                   input_bytes: bytes, output: bytes, passed: bool, failure: str | None, sandbox: Sandbox | None,
+                   program: bytes) -> Grading:
+    """The result and the sealed receipt of a grading that happened (a failure can never pass)."""
     result = GraderResult(
         attempt_id=attempt_id, grader_id=grader_id, grader_version=version, required=True,
         passed=passed and failure is None, evidence_hash=digest(output), failure=failure,
-        grader_sha256=profile.sha256 if profile else None,
+        grader_sha256=grader_sha256,
     )
     receipt = seal_receipt(
         {
