@@ -374,6 +374,11 @@ class Manifest:
         data = encode_table(table.filter(mask), compression="zstd")
         return int(self.storage.put_if_absent(segment_key(first, last), data))
 
+    def holds_role(self, role: str) -> bool:
+        """Whether the entries read so far include one of ``role`` (no storage read: the view as it is)."""
+        view = self._view()
+        return bool(view.num_rows) and bool(pc.any(pc.equal(view.column("role"), role)).as_py())
+
     def entries(self, where: pa.compute.Expression | None = None) -> list[ManifestEntry]:
         """Return entries matching an Arrow filter expression, as models, in seq order."""
         table = self.table()

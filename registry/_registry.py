@@ -63,6 +63,8 @@ class Registry:
         self._scoring_secret: bytes | None = None
         self.signer = Signer.load(key_file) if key_file else None
         self._registered: bool = False
+        self._has_anchor = False
+        self._anchor_checked = False
 
     def __reduce__(self) -> tuple[type[Registry], tuple[Storage, None, str | None]]:
         """Sent to another process (a Dask worker), a registry reopens the same storage as a new writer.
@@ -130,11 +132,10 @@ class Registry:
         if not signed:
             return self.manifest.append(drafts)
         if self.signer is None:
-            keys = self.signing_keys()
-            if keys:
+            if self._anchored():
                 raise SigningError(
-                    f"{self.url} signs its records (anchor {keys[0].key_id}): set [signing] key_file in "
-                    f"tribunal.toml or {KEY_ENV} to a key recorded in it"
+                    f"{self.url} signs its records (anchor {self.signing_keys()[0].key_id}): set [signing] key_file "
+                    f"in tribunal.toml or {KEY_ENV} to a key recorded in it"
                 )
             return self.manifest.append(drafts)
         landed = self.manifest.append([*drafts, self._signature(self.signer, signed)])[: len(drafts)]
@@ -169,6 +170,15 @@ class Registry:
         first = signed[0]
         return NewEntry(txn=f"{first.txn}:signature", role=SIGNATURE_ROLE, experiment_id=first.experiment_id,
                         attempt_id=first.attempt_id, digest=self.put(data), size=len(data))
+
+    def _anchored(self) -> bool:
+        """Whether this registry has a signing key (once it has, it always has: asked of storage only until then)."""
+        if not self._has_anchor:
+            if not self.manifest.holds_role(SIGNING_KEY_ROLE) and self._anchor_checked:
+                return False
+            self._anchor_checked = True
+            self._has_anchor = bool(self.entries(role=SIGNING_KEY_ROLE))
+        return self._has_anchor
 
     def signing_keys(self) -> list[SigningKeyRecord]:
         """The public keys recorded in this registry, in order (the first is the trust anchor)."""
