@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from registry._models import Strict
+from registry._models import OmitNone, Strict
 
 Backend = Literal["bwrap", "none"]
 Network = Literal["none", "host"]
@@ -64,8 +64,10 @@ class Limits(Strict):
     patch_max_bytes: int | None = None
 
 
-class SandboxProfile(Strict):
+class SandboxProfile(OmitNone):
     """What one kind of program ran in: canonical JSON, stored once, named by digest in receipts."""
+
+    OMIT_WHEN_NONE = ("denied_calls",)
 
     schema_version: Literal["tribunal.sandbox_profile.v1"] = "tribunal.sandbox_profile.v1"
     backend: Backend
@@ -76,6 +78,8 @@ class SandboxProfile(Strict):
     mounts: list[Mount]
     env: list[str]
     limits: Limits | None
+    denied_calls: list[str] | None = None
+    """System calls the seccomp filter refuses (EPERM); absent from profiles recorded before the filter."""
 
     @property
     def isolated(self) -> bool:

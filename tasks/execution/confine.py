@@ -11,6 +11,8 @@ The command line is ``[sh -c 'enter cgroups; exec "$@"'] prlimit ... bwrap --arg
   kernel answers some procfs writes by that uid alone, so ``/proc/sys`` and
   the few other writable procfs trees are mounted read-only over its own
   ``/proc`` (as container runtimes do);
+* ``--seccomp``: the kernel's keyrings, which no namespace isolates, are
+  refused (``tasks/execution/seccomp.py``);
 * ``--die-with-parent --new-session --clearenv``: the program is
   a child of pid 1 of its own pid namespace. Killing our process group (done
   by ``run_program`` at exit and timeout) kills that pid 1, and the kernel
@@ -52,6 +54,7 @@ from tasks.execution.sandbox import (
     memory_limit_method,
     process_limit_method,
 )
+from tasks.execution.seccomp import filter_program
 
 MIB = 1024 * 1024
 SURVIVOR_WAIT_S = 5.0
@@ -135,9 +138,11 @@ def _oom_kills(memory: Path) -> int:
     return int(fields.get("oom_kill", 0))
 
 
-def _bwrap_options(sandbox: Sandbox, workspace: Path, io: Path, env: dict[str, str], status_fd: int) -> list[str]:
+def _bwrap_options(sandbox: Sandbox, workspace: Path, io: Path, env: dict[str, str], status_fd: int,
+                   seccomp_fd: int) -> list[str]:
     options = ["--unshare-all", "--unshare-user", "--uid", SANDBOX_ID, "--gid", SANDBOX_ID, "--cap-drop", "ALL",
-               "--die-with-parent", "--new-session", "--clearenv", "--json-status-fd", str(status_fd)]
+               "--die-with-parent", "--new-session", "--clearenv", "--json-status-fd", str(status_fd),
+               "--seccomp", str(seccomp_fd)]
     if sandbox.exposure.network == "host":
         options.append("--share-net")
     for name, value in env.items():
@@ -218,17 +223,20 @@ def run_confined(
                                     max_output_bytes=max_output_bytes, merge_stderr=merge_stderr, slot=slot))
     status_read, status_write = os.pipe()
     arguments = os.memfd_create("bwrap-args")
+    seccomp = os.memfd_create("bwrap-seccomp")
     settings = sandbox.settings
     cgroup = _Cgroups(settings.max_processes, settings.memory_mb) if process_limit_method() == "cgroup" else None
     try:
-        options = _bwrap_options(sandbox, workspace, io, env, status_write)
+        options = _bwrap_options(sandbox, workspace, io, env, status_write, seccomp)
         os.write(arguments, b"".join(option.encode() + b"\0" for option in options))
         os.lseek(arguments, 0, os.SEEK_SET)
+        os.write(seccomp, filter_program())
+        os.lseek(seccomp, 0, os.SEEK_SET)
         command = [*_launcher(sandbox, cgroup),
                    _tool("bwrap"), "--args", str(arguments), "--", *UNSET_PWD, *argv]
         outcome = run_program(command, cwd=workspace, env={}, stdin=stdin, timeout_s=timeout_s,
                               max_output_bytes=max_output_bytes, merge_stderr=merge_stderr, slot=slot,
-                              pass_fds=(arguments, status_write))
+                              pass_fds=(arguments, status_write, seccomp))
         os.close(status_write)
         status_write = -1
         os.set_blocking(status_read, False)
@@ -240,7 +248,7 @@ def run_confined(
         reached, emptied = cgroup.close() if cgroup else (None, True)
         cgroup = None
     finally:
-        for fd in (status_read, status_write, arguments):
+        for fd in (status_read, status_write, arguments, seccomp):
             if fd >= 0:
                 os.close(fd)
         if cgroup is not None:

@@ -30,6 +30,7 @@ from typing import Literal
 
 from registry import SandboxConfig, SandboxProfile, TribunalError, canonical_json, digest
 from registry._sandbox import Limits, Mount, Network, ProgramRole
+from tasks.execution.seccomp import DENIED_NAMES, UnsupportedArchitecture, filter_program
 
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = (  # direct children of /etc only: each is copied to /etc/<its name>
@@ -228,6 +229,11 @@ def ensure_backend(settings: SandboxConfig) -> None:
     """Fail fast, before any attempt starts, if the configured backend cannot run."""
     if settings.backend == "bwrap":
         bwrap_version()
+        try:
+            filter_program()
+        except UnsupportedArchitecture as error:
+            raise SandboxUnavailable(f"{error}: tribunal's sandbox needs its seccomp filter (x86_64, aarch64), "
+                                     'or set [sandbox] backend = "none" in tribunal.toml explicitly') from None
 
 
 @dataclass(frozen=True)
@@ -308,6 +314,7 @@ class Sandbox:
                           max_file_mb=settings.max_file_mb, cpu_s=settings.cpu_s,
                           process_limit=process_limit_method(), memory_limit=memory_limit_method(),
                           patch_max_bytes=settings.patch_max_bytes if self.role == "candidate" else None),
+            denied_calls=sorted(DENIED_NAMES),
         )
 
     @cached_property

@@ -101,6 +101,38 @@ def test_etc_shows_only_what_any_local_user_may_read(folders: tuple[Path, Path],
                     "/etc/hosts": True}
 
 
+KEYRING_PROBE = (
+    "import ctypes, json, os, platform\n"
+    "numbers = {'x86_64': (248, 250), 'aarch64': (217, 219)}[platform.machine()]\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    "key = libc.syscall(numbers[0], b'user', b'tribunal-note', b'agent-x', 7, ctypes.c_long(-4))\n"
+    "added = (key, ctypes.get_errno())\n"
+    "found = libc.syscall(numbers[1], 0, ctypes.c_long(-4), 0)\n"
+    "print(json.dumps({'add_key': added, 'user_keyring': (found, ctypes.get_errno())}))\n"
+)
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="syscall numbers of the probe")
+def test_kernel_keyrings_are_out_of_reach(folders: tuple[Path, Path]) -> None:
+    """Attack: keyrings are not namespaced -- read the operator's keys, or leave a note (a candidate's identity,
+    a grader's hidden tests) in root's user keyring for the grader or a later attempt to read."""
+    report = json.loads(run(folders, KEYRING_PROBE).outcome.stdout)
+    assert report == {"add_key": [-1, 1], "user_keyring": [-1, 1]}  # both refused with EPERM
+
+
+def test_a_machine_without_a_seccomp_filter_is_refused_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tasks.execution import seccomp
+
+    monkeypatch.setattr(seccomp.platform, "machine", lambda: "sparc64")
+    seccomp.filter_program.cache_clear()
+    try:
+        with pytest.raises(sandbox_module.SandboxUnavailable, match="seccomp filter"):
+            sandbox_module.ensure_backend(SandboxConfig())
+    finally:
+        seccomp.filter_program.cache_clear()
+
+
 def test_a_setsid_daemon_dies_with_the_sandbox(folders: tuple[Path, Path]) -> None:
     """Attack: double-fork and setsid so a daemon outlives the attempt and writes later."""
     marker = f"daemon-{uuid.uuid4().hex}"
