@@ -291,7 +291,9 @@ def _full_file(outcome: ProcessOutcome, workspace: Path, sandbox: Sandbox) -> st
     if outcome.completed or outcome.spawn_error:
         return None
     cap = sandbox.settings.max_file_mb * MIB
-    with contextlib.suppress(RecursionError):  # a tree too deep to walk is refused when the patch is made
+    # A tree too deep or too long to walk here is refused when the patch is made (candidates) or counts as the
+    # grader's own failure; either way the failure is recorded, without naming this limit.
+    with contextlib.suppress(RecursionError, OSError):
         for folder, _, files in os.walk(workspace):
             if any(os.lstat(os.path.join(folder, name)).st_size >= cap for name in files):
                 return "file-size"

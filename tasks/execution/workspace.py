@@ -85,9 +85,19 @@ def git(args: list[str], cwd: Path, stdin: bytes = b"", git_dir: Path | None = N
     return result.stdout
 
 
+def _unreadable(error: OSError) -> None:
+    raise error
+
+
 def _stats(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Size, mtime and mode of every file (and symlinked folder) below ``root``, ``.git`` excepted.
+
+    A folder that cannot be listed raises instead of being skipped: a tree
+    hidden from this walk (e.g. a path longer than PATH_MAX on the host but
+    not inside the sandbox) would escape the patch-size check.
+    """
     found = {}
-    for directory, dirnames, filenames in os.walk(root):
+    for directory, dirnames, filenames in os.walk(root, onerror=_unreadable):
         if directory == str(root):
             dirnames[:] = [name for name in dirnames if name != ".git"]
         for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(directory, d))]:
@@ -166,6 +176,8 @@ def workspace_patch(checkout: Checkout, max_bytes: int) -> bytes:
         stats = _stats(checkout.workspace)
     except RecursionError:
         raise WorkspaceError("the workspace is nested too deep to read") from None
+    except OSError as error:
+        raise WorkspaceError(f"the workspace cannot be read ({error.strerror})") from None
     if stats == checkout.baseline:
         return b""
     changed = sum(stat[0] for path, stat in stats.items() if checkout.baseline.get(path) != stat)

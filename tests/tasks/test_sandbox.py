@@ -133,6 +133,21 @@ def test_a_machine_without_a_seccomp_filter_is_refused_before_anything_runs(monk
         seccomp.filter_program.cache_clear()
 
 
+def test_a_failing_program_leaving_a_tree_longer_than_path_max_is_still_a_result(folders: tuple[Path, Path]) -> None:
+    """Attack: a patch whose code, run by the grader, builds a tree too long to walk from the host and then fails:
+    looking for a full file crashed every run that graded the attempt, so it stayed unmeasured for ever."""
+    workspace, _ = folders
+    depth = (4096 - len(str(workspace)) - 1) // 201  # the folders' host path stays under PATH_MAX...
+    name = "f" * (4096 - len(str(workspace)) - depth * 201)  # ...the file's does not (inside, both do)
+    code = ("import os, sys\n"
+            f"for _ in range({depth}):\n"
+            "    os.mkdir('d' * 200); os.chdir('d' * 200)\n"
+            f"open({name!r}, 'wb').write(b'x')\n"
+            "sys.exit(3)\n")
+    confined = run(folders, code)
+    assert confined.outcome.exit_code == 3 and confined.limit is None
+
+
 def test_a_setsid_daemon_dies_with_the_sandbox(folders: tuple[Path, Path]) -> None:
     """Attack: double-fork and setsid so a daemon outlives the attempt and writes later."""
     marker = f"daemon-{uuid.uuid4().hex}"

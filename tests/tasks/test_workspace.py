@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from registry import digest
 from tasks.execution.workbench import Workbench
-from tasks.execution.workspace import checkout, workspace_patch
+from tasks.execution.workspace import WorkspaceError, checkout, workspace_patch
 
 
 def _planted_program(path: Path, marker: Path, label: str) -> str:
@@ -46,3 +49,31 @@ def test_git_settings_planted_in_the_workspace_never_run(tmp_path: Path, snapsho
 
     assert not marker.exists(), marker.read_text()
     assert b"+new" in patch and b"added.txt" in patch  # the diff itself was made, and made without the planted tools
+
+
+def _deep_tree(root: Path, payload: bytes) -> None:
+    """Folders whose path is under PATH_MAX below ``root`` (as inside a sandbox) but over it from the host's /."""
+    depth = (4096 - len(str(root)) + 200) // 201
+    here = os.open(root, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d" * 200, dir_fd=here)
+            inner = os.open("d" * 200, os.O_RDONLY, dir_fd=here)
+            os.close(here)
+            here = inner
+        handle = os.open("blob.bin", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=here)
+        os.write(handle, payload)
+        os.close(handle)
+    finally:
+        os.close(here)
+
+
+def test_a_tree_longer_than_path_max_on_the_host_is_a_recorded_failure(
+    tmp_path: Path, snapshot: bytes, bench: Workbench
+) -> None:
+    """Attack: files whose host path exceeds PATH_MAX (their path inside the sandbox does not) crashed the run
+    with no record -- a free retry of a failed attempt -- and hid their bytes from the patch-size check."""
+    made = checkout(digest(snapshot), lambda: snapshot, tmp_path / "attempt", bench)
+    _deep_tree(made.workspace, b"x" * 4096)
+    with pytest.raises(WorkspaceError, match="cannot be read"):
+        workspace_patch(made, max_bytes=1 << 20)
