@@ -131,6 +131,33 @@ def identity_problem(identity: dict[str, list[str]], patterns: Patterns) -> str 
     return None
 
 
+def _headers(patch: bytes) -> list[bytes]:
+    """Each file section's header lines (``diff --git`` up to its first hunk or binary payload)."""
+    headers, inside = [], False
+    for line in patch.split(b"\n"):
+        if line.startswith(b"diff --git "):
+            inside = True
+        elif line.startswith((b"@@", b"GIT binary patch")):
+            inside = False
+        if inside:
+            headers.append(line)
+    return headers
+
+
+def headers_problem(before: bytes, after: bytes) -> str | None:
+    """Why a redacted patch no longer says which files it changes, if it does not.
+
+    A candidate chooses the session ids it reports, and so what redaction
+    scrubs: reporting ``diff`` or ``test`` would rewrite the patch's own
+    headers and hide from a grader which files (its tests, say) the patch
+    touches. A patch whose headers redaction changed makes the harness
+    invalid: an attempt never gains by it.
+    """
+    if _headers(before) != _headers(after):
+        return "redaction changed the patch's file headers (an identity string matches a path or a header word)"
+    return None
+
+
 def scrub(text: str, patterns: Patterns) -> tuple[str, dict[str, int]]:
     """Replace every match of every pattern; return the text and replacements per pattern."""
     counts: dict[str, int] = {}

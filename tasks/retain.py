@@ -26,7 +26,16 @@ from registry import (
     canonical_json,
 )
 from tasks.execution.candidate import CandidateRun
-from tasks.redaction import Patterns, RedactionStop, build_patterns, identity_problem, redact_artifacts, rescan, scrub
+from tasks.redaction import (
+    Patterns,
+    RedactionStop,
+    build_patterns,
+    headers_problem,
+    identity_problem,
+    redact_artifacts,
+    rescan,
+    scrub,
+)
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,7 @@ def retain_candidate(run: CandidateRun, config: Config, registry: Registry) -> R
     patterns = build_patterns(config.redaction.patterns, identity)
     clean, tally = redact_artifacts({"transcript": run.transcript, "patch": run.patch}, patterns,
                                     config.redaction.allow_opaque_binary)
-    invalid = identity_problem(identity, patterns)
+    invalid = identity_problem(identity, patterns) or headers_problem(run.patch, clean["patch"])
     # Terminal evidence exists to record who ran (observed identity, sessions), so
     # only secrets are scrubbed from it; the evidence receipt binds it, judges never see it.
     secrets = build_patterns(config.redaction.patterns, {})

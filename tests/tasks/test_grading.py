@@ -267,6 +267,24 @@ def test_the_demo_grader_does_not_let_a_patch_rewrite_its_test_harness(make_prof
     assert json.loads(graded.output_bytes)["files"] == ["conftest.py"]
 
 
+def test_the_demo_grader_reads_no_pytest_configuration_from_the_patch(make_profile: MakeProfile,
+                                                                     bench: Workbench) -> None:
+    """Attack (red team): leave the bug, add a hidden ``.pytest.ini`` pointing pytest at a decoy test that passes."""
+    from registry._archive import archive_tree
+    from tests.helpers import DEMO
+
+    snapshot = archive_tree(DEMO / "cases" / "off-by-one" / "repo")
+    cheat = ("diff --git a/.pytest.ini b/.pytest.ini\nnew file mode 100644\n--- /dev/null\n+++ b/.pytest.ini\n"
+             "@@ -0,0 +1,2 @@\n+[pytest]\n+python_files = decoy.py\n"
+             "diff --git a/decoy.py b/decoy.py\nnew file mode 100644\n--- /dev/null\n+++ b/decoy.py\n"
+             "@@ -0,0 +1,2 @@\n+def test_fine():\n+    assert True\n")
+    profile = make_profile((DEMO / "graders" / "run_tests.py").read_text())
+    graded = grade(attempt_id=ATTEMPT, profile_name="checks", config=Config(grader_profiles={"checks": profile}),
+                   grader_input=grader_input(snapshot, cheat), snapshot=lambda: snapshot, patch=cheat.encode(),
+                   bench=bench)
+    assert graded.result.failure is None and not graded.result.passed
+
+
 @pytest.mark.parametrize("cheat", [
     "+import os\n+os._exit(0)\n",  # the module under test ends pytest with exit 0 before any test runs
 ])

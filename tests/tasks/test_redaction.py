@@ -153,6 +153,27 @@ def test_redaction_refused_identity_colliding_with_the_placeholder_makes_the_har
     assert b"leaky-model-7" not in transcript
 
 
+@pytest.mark.parametrize("session", ["diff", "test", "tests/test_slug"])
+def test_a_session_id_that_rewrites_the_patch_headers_makes_the_harness_invalid(tmp_path: Path, session: str) -> None:
+    """Attack: the candidate chooses what redaction scrubs. Reporting session id ``diff`` turned every
+    ``diff --git`` header into ``[REDACTED] --git`` (git apply still took the patch) and hid from the grader
+    that the patch edits the tests."""
+    registry = Registry.open(str(tmp_path / "reg"))
+    patch = (b"diff --git a/tests/test_slug.py b/tests/test_slug.py\n--- a/tests/test_slug.py\n"
+             b"+++ b/tests/test_slug.py\n@@ -1 +1 @@\n-assert slug() == 'a'\n+assert True\n")
+    retained = retain_candidate(make_sessions_run(b"done", patch, [session]), Config(), registry)
+    assert retained.result.harness_valid is False and "file headers" in (retained.result.reason or "")
+
+
+def test_redaction_inside_a_hunk_keeps_the_harness_valid(tmp_path: Path) -> None:
+    registry = Registry.open(str(tmp_path / "reg"))
+    patch = (b"diff --git a/notes.md b/notes.md\n--- a/notes.md\n+++ b/notes.md\n@@ -1 +1 @@\n-old\n"
+             b"+written by leaky-model-7\n")
+    retained = retain_candidate(make_sessions_run(b"done", patch, ["sess-0001"]), Config(), registry)
+    assert retained.result.harness_valid is True
+    assert b"leaky-model-7" not in registry.get(retained.result.patch_digest)
+
+
 def test_more_than_64_session_ids_make_the_harness_invalid(tmp_path: Path) -> None:
     """Attack: a candidate reporting thousands of session ids to make redaction slow or noisy."""
     registry = Registry.open(str(tmp_path / "reg"))

@@ -13,7 +13,8 @@ import sys
 import tempfile
 from xml.etree import ElementTree
 
-HARNESS = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py", "usercustomize.py")
+HARNESS = ("conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
+           "usercustomize.py")
 
 
 def harness_edits(patch):
@@ -32,12 +33,16 @@ edited = harness_edits(grader_input.get("patch", ""))
 if edited:
     print(json.dumps({"passed": False, "reason": "the patch edits the test harness", "files": edited}))
     raise SystemExit(0)
-junit = os.path.join(tempfile.mkdtemp(), "junit.xml")
+scratch = tempfile.mkdtemp()
+junit = os.path.join(scratch, "junit.xml")
+settings = os.path.join(scratch, "pytest.ini")  # the only configuration pytest reads: none from the workspace
+with open(settings, "w") as handle:
+    handle.write("[pytest]\n")
 # -I: the workspace is not on sys.path at start-up (a planted pytest.py cannot stand in for pytest);
 # the verdict comes from pytest's own report, so a module that calls os._exit(0) on import passes nothing.
 run = subprocess.run(
     [sys.executable, "-I", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", "--noconftest",
-     f"--junitxml={junit}"],
+     "-c", settings, "--rootdir", os.getcwd(), f"--junitxml={junit}"],
     capture_output=True,
     text=True,
     timeout=90,
