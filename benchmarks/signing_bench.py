@@ -17,7 +17,6 @@ Results go to benchmarks/RESULTS.md (section "signing").
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import resource
 import subprocess
@@ -29,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.pipeline_bench import make_experiment  # noqa: E402
 from benchmarks.results import write_section  # noqa: E402
 from registry import (  # noqa: E402
     NewEntry,
@@ -44,8 +44,6 @@ from registry import (  # noqa: E402
     write_private_key,
 )
 
-CASES = 10
-GRADER = "import sys\nsys.stdin.read()\nprint('{\"passed\": true}')\n"
 OUTPUT = b'{"passed": true}\n'
 
 
@@ -65,27 +63,6 @@ def time_appends(registry: Registry, count: int) -> float:
     return time.perf_counter() - started
 
 
-def make_experiment(root: Path, attempts: int) -> tuple[Path, Path]:
-    root.mkdir(parents=True)
-    (root / "grader.py").write_text(GRADER)
-    cases = []
-    for n in range(CASES):
-        repo = root / "cases" / f"c{n}"
-        repo.mkdir(parents=True)
-        (repo / "main.py").write_text(f"VALUE = {n}\n")
-        (root / "cases" / f"c{n}.md").write_text(f"Case {n}.\n")
-        cases.append(f'[[case]]\nid = "c{n}"\nrepo = "cases/c{n}"\nprompt = "cases/c{n}.md"\n'
-                     'grader_profile = "trivial"\n')
-    (root / "experiment.toml").write_text(
-        f'experiment = "signed-bench"\nattempts = {max(1, attempts // CASES)}\n' + "".join(cases)
-        + f'[[candidate]]\nid = "noop"\nkind = "command"\ncommand = ["{sys.executable}", "-c", "pass"]\n'
-        'provider = "bench-labs"\nmodel = "noop-1"\n')
-    sha = hashlib.sha256(GRADER.encode()).hexdigest()
-    (root / "tribunal.toml").write_text(f'[grader_profiles.trivial]\npath = "grader.py"\nsha256 = "{sha}"\n'
-                                        'grader_id = "trivial"\nversion = "1"\n')
-    return root / "experiment.toml", root / "tribunal.toml"
-
-
 def build(root: Path, url: str, key_file: Path, attempts: int) -> int:
     """A signed registry of ``attempts`` attempts, as retention and grading storage write them."""
     from tasks.attempts import grader_input_for, make_contract, store_grading
@@ -94,6 +71,7 @@ def build(root: Path, url: str, key_file: Path, attempts: int) -> int:
     from tasks.report import current_summaries, seal_experiment_record
     from tasks.retain import retain_candidate
 
+    root.mkdir(parents=True)
     spec, config_path = make_experiment(root, attempts)
     registry = signed_registry(url, key_file)
     plan_path = root / "plan.json"

@@ -31,6 +31,7 @@ from typing import Literal
 from registry import SandboxConfig, SandboxProfile, TribunalError, canonical_json, digest
 from registry._sandbox import Limits, Mount, Network, ProgramRole
 from tasks.execution.seccomp import DENIED_NAMES, UnsupportedArchitecture, filter_program
+from tasks.execution.workbench import private_folder
 
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = (  # direct children of /etc only: each is copied to /etc/<its name>
@@ -138,12 +139,7 @@ def etc_copy() -> Path:
 
 
 def _copies_root() -> Path:
-    root = Path(tempfile.gettempdir()) / f"tribunal-etc-{os.getuid()}"
-    root.mkdir(mode=0o700, exist_ok=True)
-    info = os.lstat(root)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise TribunalError(f"{root} is not a folder of this user's; remove it, then run again")
-    return root
+    return private_folder("tribunal-etc")
 
 
 def _world_readable(path: str) -> bool:

@@ -86,15 +86,20 @@ def scratch_dir(bench: Workbench, prefix: str) -> Iterator[Path]:
         remove_tree(path)
 
 
-def scratch_root() -> Path:
-    """The one folder (mode 0700, this user's) under which every workbench keeps its scratch."""
-    root = Path(tempfile.gettempdir()) / f"tribunal-scratch-{os.getuid()}"
+def private_folder(name: str) -> Path:
+    """A folder of the temp dir that only this user can enter (another user's or a link is refused)."""
+    root = Path(tempfile.gettempdir()) / f"{name}-{os.getuid()}"
     root.mkdir(mode=0o700, exist_ok=True)
     info = os.lstat(root)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
         raise TribunalError(f"{root} is not a folder of this user's; remove it, then run again")
     root.chmod(0o700)
     return root
+
+
+def scratch_root() -> Path:
+    """The one folder (mode 0700, this user's) under which every workbench keeps its scratch."""
+    return private_folder("tribunal-scratch")
 
 
 def _reap(root: Path) -> None:

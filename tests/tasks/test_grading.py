@@ -247,22 +247,26 @@ def test_a_patch_that_does_not_apply_fails_closed(make_profile: MakeProfile, run
     assert_failed_closed(run_grade(make_profile(PASS), patch=broken), "does not apply")
 
 
-def test_the_demo_grader_does_not_let_a_patch_rewrite_its_test_harness(make_profile: MakeProfile, bench: Workbench,
-                                                                        tmp_path: Path) -> None:
-    """Attack: leave the bug, add a conftest.py that turns every test report into a pass."""
+def grade_with_the_demo_grader(make_profile: MakeProfile, bench: Workbench, patch: str) -> Grading:
+    """Grade ``patch`` against the demo's off-by-one case with the demo's own grader."""
     from registry._archive import archive_tree
     from tests.helpers import DEMO
 
     snapshot = archive_tree(DEMO / "cases" / "off-by-one" / "repo")
+    profile = make_profile((DEMO / "graders" / "run_tests.py").read_text())
+    return grade(attempt_id=ATTEMPT, profile_name="checks", config=Config(grader_profiles={"checks": profile}),
+                 grader_input=grader_input(snapshot, patch), snapshot=lambda: snapshot, patch=patch.encode(),
+                 bench=bench)
+
+
+def test_the_demo_grader_does_not_let_a_patch_rewrite_its_test_harness(make_profile: MakeProfile,
+                                                                        bench: Workbench) -> None:
+    """Attack: leave the bug, add a conftest.py that turns every test report into a pass."""
     cheat = ("diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
              "@@ -0,0 +1,6 @@\n+import pytest\n+@pytest.hookimpl(hookwrapper=True)\n"
              "+def pytest_runtest_makereport(item, call):\n+    outcome = yield\n"
              "+    outcome.get_result().outcome = 'passed'\n+    outcome.get_result().longrepr = None\n")
-    profile = make_profile((DEMO / "graders" / "run_tests.py").read_text())
-    config = Config(grader_profiles={"checks": profile})
-    graded = grade(attempt_id=ATTEMPT, profile_name="checks", config=config,
-                   grader_input=grader_input(snapshot, cheat), snapshot=lambda: snapshot, patch=cheat.encode(),
-                   bench=bench)
+    graded = grade_with_the_demo_grader(make_profile, bench, cheat)
     assert graded.result.failure is None and not graded.result.passed
     assert json.loads(graded.output_bytes)["files"] == ["conftest.py"]
 
@@ -270,18 +274,11 @@ def test_the_demo_grader_does_not_let_a_patch_rewrite_its_test_harness(make_prof
 def test_the_demo_grader_reads_no_pytest_configuration_from_the_patch(make_profile: MakeProfile,
                                                                      bench: Workbench) -> None:
     """Attack (red team): leave the bug, add a hidden ``.pytest.ini`` pointing pytest at a decoy test that passes."""
-    from registry._archive import archive_tree
-    from tests.helpers import DEMO
-
-    snapshot = archive_tree(DEMO / "cases" / "off-by-one" / "repo")
     cheat = ("diff --git a/.pytest.ini b/.pytest.ini\nnew file mode 100644\n--- /dev/null\n+++ b/.pytest.ini\n"
              "@@ -0,0 +1,2 @@\n+[pytest]\n+python_files = decoy.py\n"
              "diff --git a/decoy.py b/decoy.py\nnew file mode 100644\n--- /dev/null\n+++ b/decoy.py\n"
              "@@ -0,0 +1,2 @@\n+def test_fine():\n+    assert True\n")
-    profile = make_profile((DEMO / "graders" / "run_tests.py").read_text())
-    graded = grade(attempt_id=ATTEMPT, profile_name="checks", config=Config(grader_profiles={"checks": profile}),
-                   grader_input=grader_input(snapshot, cheat), snapshot=lambda: snapshot, patch=cheat.encode(),
-                   bench=bench)
+    graded = grade_with_the_demo_grader(make_profile, bench, cheat)
     assert graded.result.failure is None and not graded.result.passed
 
 
@@ -291,17 +288,12 @@ def test_the_demo_grader_reads_no_pytest_configuration_from_the_patch(make_profi
 def test_the_demo_grader_reads_pytests_report_not_its_exit_code(make_profile: MakeProfile, bench: Workbench,
                                                                cheat: str) -> None:
     """Attack: leave the bug and make pytest exit 0 without running a test."""
-    from registry._archive import archive_tree
     from tests.helpers import DEMO
 
-    snapshot = archive_tree(DEMO / "cases" / "off-by-one" / "repo")
     original = (DEMO / "cases" / "off-by-one" / "repo" / "mathutil.py").read_text().splitlines()
     patch = (f"diff --git a/mathutil.py b/mathutil.py\n--- a/mathutil.py\n+++ b/mathutil.py\n"
              f"@@ -1,{len(original)} +1,{len(original) + cheat.count(chr(10))} @@\n"
              + cheat + "".join(f" {line}\n" for line in original))
-    profile = make_profile((DEMO / "graders" / "run_tests.py").read_text())
-    graded = grade(attempt_id=ATTEMPT, profile_name="checks", config=Config(grader_profiles={"checks": profile}),
-                   grader_input=grader_input(snapshot, patch), snapshot=lambda: snapshot, patch=patch.encode(),
-                   bench=bench)
+    graded = grade_with_the_demo_grader(make_profile, bench, patch)
     answer = json.loads(graded.output_bytes)
     assert graded.result.failure is None and not graded.result.passed and answer["pytest_exit"] == 0
