@@ -42,7 +42,7 @@ from tasks.grading import Grading, grade
 from tasks.judging import judge_attempt
 from tasks.progress import attempt_done
 from tasks.redaction import RedactionStop
-from tasks.retain import RetainedAttempt, refuse_attempt, retain_candidate, txn
+from tasks.retain import RetainedAttempt, refuse_attempt, retain_candidate, stored_attempt, txn
 from tasks.taxonomy import failure_labels
 from tasks.verdict import terminal_class
 
@@ -142,8 +142,7 @@ def attempt_states(registry: Registry, experiment: str,
 def load_retained(registry: Registry, state: AttemptState) -> RetainedAttempt:
     """Rebuild a retained attempt from its stored (redacted) evidence."""
     contract = registry.load(state.entries[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
-    result = registry.load(state.entries[Role.CANDIDATE_RESULT].digest, CandidateResult)
-    return RetainedAttempt(contract=contract, result=result, patch=registry.get(result.patch_digest))
+    return stored_attempt(registry, contract, state.entries[Role.CANDIDATE_RESULT].digest)
 
 
 def store_grading(registry: Registry, contract: AttemptContract, grading: Grading, generation: int, step: str) -> None:

@@ -37,6 +37,7 @@ from registry import (
     check_registry,
     digest,
 )
+from tasks.binding_audit import audit_grading_binding
 from tasks.judge_audit import audit_judgements
 from tasks.sealing import receipt_disagreements, receipt_seal_holds
 from tasks.verdict import terminal_class
@@ -188,6 +189,7 @@ def audit_receipts(registry: Registry, attempt_ids: list[str] | None = None) -> 
     findings: list[Finding] = []
     for entries in by_attempt.values():
         findings += audit_attempt(registry, entries) + audit_judgements(registry, entries)
+        findings += audit_grading_binding(registry, entries)
     return findings
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from registry import SandboxConfig, SandboxProfile
-from tasks.execution.confine import Confined, run_confined
 from tasks.execution import sandbox as sandbox_module
+from tasks.execution.confine import Confined, run_confined
 from tasks.execution.sandbox import Exposure, Sandbox, memory_limit_method
 from tests.helpers import processes_with, watching
 
