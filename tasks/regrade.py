@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow.compute as pc
+
 from registry import (
     AttemptContract,
     CandidateResult,
     Config,
+    EvidenceDamaged,
     NewEntry,
     Plan,
     Registry,
@@ -24,6 +27,7 @@ from registry import (
     TerminalEvidence,
     TribunalError,
     canonical_json,
+    check_named_objects,
     digest,
 )
 from registry._models import Strict
@@ -89,6 +93,22 @@ def first_missing_evidence(registry: Registry, experiment: str, attempt_ids: lis
     """The position of the first attempt without retained candidate evidence, if any."""
     complete = set.intersection(*(registry.attempts_with(experiment_id=experiment, role=role) for role in REQUIRED))
     return next((n for n, attempt_id in enumerate(attempt_ids) if attempt_id not in complete), None)
+
+
+def refuse_damaged(registry: Registry, plan: Plan) -> None:
+    """Refuse to build a new generation on a plan whose stored evidence doctor would flag (EvidenceDamaged).
+
+    A regrade or rejudge supersedes current verdicts, so going ahead would
+    bury a deleted receipt or a flipped byte under a fresh generation and a
+    clean-looking record. Every object the plan's attempts name is read back
+    first (the chain and segments were verified when the manifest was read).
+    """
+    attempt_ids = [ref.attempt_id for ref in plan.attempt_refs()]
+    scope = registry.table().filter(pc.field("attempt_id").isin(attempt_ids))
+    findings = check_named_objects(registry, scope)
+    if findings:
+        raise EvidenceDamaged(f"{findings[0].message} ({len(findings)} damaged objects in the plan's evidence); "
+                              "run `tribunal doctor`")
 
 
 def retained_evidence(registry: Registry, state: AttemptState, attempt_id: str, profile: str | None) -> RetainedAttempt:
