@@ -145,8 +145,12 @@ def load_retained(registry: Registry, state: AttemptState) -> RetainedAttempt:
     return stored_attempt(registry, contract, state.entries[Role.CANDIDATE_RESULT].digest)
 
 
-def store_grading(registry: Registry, contract: AttemptContract, grading: Grading, generation: int, step: str) -> None:
-    """Store the four grading records (and the grader's sandbox profile) and append them as one commit."""
+def store_grading(registry: Registry, contract: AttemptContract, grading: Grading, generation: int,
+                  step: str) -> list[ManifestEntry]:
+    """Store the four grading records (and the grader's sandbox profile), append them as one commit.
+
+    Returns the entries the registry holds for them (the receipt's last).
+    """
     if grading.sandbox_profile:
         registry.put(grading.sandbox_profile)
     stored = {
@@ -155,7 +159,7 @@ def store_grading(registry: Registry, contract: AttemptContract, grading: Gradin
         Role.GRADER_RESULT: grading.result_bytes,
         Role.GRADER_RECEIPT: grading.receipt_bytes,
     }
-    registry.append(
+    return registry.append(
         [
             NewEntry(
                 txn=txn(contract.attempt_id, f"{step}:{role.value}"), role=role.value,
