@@ -155,16 +155,19 @@ class Manifest:
         each segment with all of its commits.
         """
         ranges = list_segments(self.storage)
-        while True:
-            first = self._version + 1
-            covering = [last for start, last in ranges if start == first]
-            if not covering:
-                return
-            last = max(covering)
+        chain: list[tuple[int, int]] = []
+        first = self._version + 1
+        while covering := [last for start, last in ranges if start == first]:
+            chain.append((first, max(covering)))
+            first = max(covering) + 1
+        endings = self.storage.read_many([commit_key(last) for _, last in chain])  # one batch, not one per segment
+        for (first, last), ending in zip(chain, endings, strict=True):
             where = segment_key(first, last)
             table = decode_table(self._read_key(where), where)
-            ending = decode_table(self._read_key(commit_key(last)), commit_key(last))
-            findings = check_segment(table, first, last, ending)
+            if ending is None:
+                raise ManifestCorrupt(f"commit {last}, which segment {first}..{last} ends on, is missing; "
+                                      "run `tribunal doctor`")
+            findings = check_segment(table, first, last, decode_table(ending, commit_key(last)))
             if findings:
                 raise ManifestCorrupt(f"{findings[0].message}; run `tribunal doctor`")
             self._apply(last, table)
