@@ -58,8 +58,8 @@ def test_a_forged_segment_is_refused_by_every_reader_and_forks_nothing(demo: dic
     (Path(store.url) / "segments").mkdir(exist_ok=True)
     (Path(store.url) / key).write_bytes(encode_table(decode_table(first, "commit 0")))
     message = f"segment of commits 0..{head.version} differs from those commits"
-    for command in ("report", "run", "regrade"):
-        code, _, stderr = cli(demo, store, command)
+    for command, *extra in (("report",), ("report", "--publish"), ("run",), ("regrade",)):
+        code, _, stderr = cli(demo, store, command, *extra)
         assert code == 1 and message in stderr, (command, stderr)
     code, stdout, _ = cli(demo, store, "doctor", "--json")
     assert code == 1 and ("segment-mismatch", message) in [(f["kind"], f["message"])
