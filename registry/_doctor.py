@@ -13,13 +13,13 @@ from collections.abc import Iterable
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-from registry._canonical import digest
+from registry._canonical import DIGEST_PREFIX, digest, is_digest
 from registry._chain import Finding, Pin, check_commit_placement, check_entry_hashes, check_links, check_pins
 from registry._entry import ENTRY_SCHEMA
 from registry._errors import ManifestCorrupt
 from registry._layout import LOG_DIR, commit_key, commit_version, list_segments, segment_key, stray_files
 from registry._manifest import READ_BATCH, Head, decode_table
-from registry._objects import object_key
+from registry._objects import OBJECTS_DIR, object_key
 from registry._registry import Registry
 
 
@@ -95,8 +95,11 @@ def _missing(seq: int, object_digest: str) -> Finding:
 
 
 def _check_objects(registry: Registry, table: pa.Table) -> tuple[int, list[Finding]]:
-    findings = []
-    stored = list(registry.objects.digests())
+    listed = list(registry.objects.digests())
+    stored = [name for name in listed if is_digest(name)]
+    findings = [Finding(kind="stray-file", message=f"{OBJECTS_DIR}/*/{name.removeprefix(DIGEST_PREFIX)} is not an "
+                        "object's address; readers ignore it, remove it")
+                for name in listed if not is_digest(name)]
     for start in range(0, len(stored), READ_BATCH):
         batch = stored[start : start + READ_BATCH]
         for object_digest, data in zip(batch, registry.storage.read_many([object_key(d) for d in batch]), strict=True):

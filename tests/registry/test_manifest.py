@@ -12,6 +12,7 @@ import registry._manifest as manifest_module
 from registry import ManifestCorrupt, NewEntry, Registry, RegistryError, check_registry
 from registry._entry import entry_hash, rows_to_table
 from registry._manifest import commit_key, decode_table, encode_table, list_segments, segment_key
+from registry._objects import object_key
 
 
 def draft(txn: str, registry: Registry, role: str = "test", attempt_id: str | None = None) -> NewEntry:
@@ -130,7 +131,7 @@ STRAYS = ("segments/junk.parquet", "segments/0-3.parquet", "segments/notes.txt",
 def test_stray_files_are_skipped_by_readers_and_named_by_doctor(
     store_url: str, monkeypatch: pytest.MonkeyPatch, raw
 ) -> None:  # type: ignore[no-untyped-def]
-    """Attack: files that are neither commits nor segments dropped into the log and segment folders."""
+    """Attack: files that are neither commits, segments nor objects dropped into the store's folders."""
     monkeypatch.setattr(manifest_module, "SEGMENT_COMMITS", 4)
     registry = Registry.open(store_url)
     for i in range(5):
@@ -139,9 +140,10 @@ def test_stray_files_are_skipped_by_readers_and_named_by_doctor(
         raw(registry).write(key, b"not what it seems")
     assert [entry.seq for entry in Registry.open(store_url).entries()] == list(range(5))
     assert Registry.open(store_url).append([draft("t5", registry)])[0].seq == 5
+    raw(registry).write(f"{object_key(registry.put(b'a neighbour')).rsplit('/', 1)[0]}/junk", b"not an address")
     findings = check_registry(Registry.open(store_url)).findings
     assert {f.kind for f in findings} == {"stray-file"}
-    assert sorted(f.message.split(" ")[0] for f in findings) == sorted(STRAYS)
+    assert sorted(f.message.split(" ")[0] for f in findings) == sorted([*STRAYS, "objects/sha256/*/junk"])
 
 
 def test_reader_refuses_a_broken_chain(store_url: str, raw) -> None:  # type: ignore[no-untyped-def]
