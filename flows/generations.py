@@ -1,10 +1,10 @@
 """What regrade and rejudge share: batches over retained evidence, then a new record version.
 
 Both append generation n+1 of some verdict over every attempt's retained
-evidence, never running a candidate. Evidence is checked from the manifest
-before anything runs: a missing piece stops the flow after every attempt
-before it in plan order is done. Afterwards the canonical experiment record
-is rewritten with a mutation receipt naming the operation.
+evidence, never running a candidate. Evidence is checked before anything
+runs: damaged evidence stops the flow at once, and a missing piece stops it
+after every attempt before it in plan order is done. Afterwards the canonical
+experiment record is rewritten with a mutation receipt naming the operation.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows.artifacts import Progress, publish_outcome
 from registry import Plan, Registry, release_free_memory
 from tasks.execution.workbench import workbench
-from tasks.regrade import EvidenceMissing, RegradeOutcome, first_missing_evidence, record_mutation
+from tasks.regrade import EvidenceMissing, RegradeOutcome, first_missing_evidence, record_mutation, refuse_damaged
 from tasks.report import build_report, current_summaries, seal_experiment_record
 
 BATCH = 25
@@ -26,6 +26,7 @@ BATCH = 25
 def run_batches(batch_task: Task[..., Any], registry: Registry, plan: Plan, parameters: dict[str, Any],
                 concurrency: int, operation: str) -> list[Any]:
     """Submit ``batch_task`` over the plan's attempts in batches; return each batch's result in plan order."""
+    refuse_damaged(registry, plan)
     work = [ref.attempt_id for ref in plan.attempt_refs()]
     stop = first_missing_evidence(registry, plan.experiment, work)
     progress = Progress(operation, plan.experiment, len(work))

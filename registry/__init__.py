@@ -18,11 +18,12 @@ from registry._calibration import (
 from registry._canonical import canonical_json, digest, digest_json, is_digest, strict_json_loads
 from registry._chain import Finding, Pin
 from registry._config import CandidateEnv, Config, GraderProfile, JudgeConfig, RedactionConfig, find_config, load_config
-from registry._doctor import DoctorReport, check_registry
+from registry._doctor import DoctorReport, check_named_objects, check_registry
 from registry._entry import ManifestEntry, NewEntry
 from registry._errors import (
     CanonicalJsonError,
     CommitOutcomeUnknown,
+    EvidenceDamaged,
     ManifestConflict,
     ManifestCorrupt,
     ObjectCorrupt,
@@ -104,6 +105,7 @@ __all__ = [
     "CommitOutcomeUnknown",
     "Config",
     "DoctorReport",
+    "EvidenceDamaged",
     "EvidenceReceipt",
     "ExperimentRecord",
     "Finding",
@@ -158,6 +160,7 @@ __all__ = [
     "candidate_truth",
     "canonical_json",
     "chain_findings",
+    "check_named_objects",
     "check_registry",
     "digest",
     "digest_json",

@@ -136,6 +136,32 @@ def check_commit_placement(commits: Iterable[tuple[int, pa.Table]]) -> list[Find
     return findings
 
 
+def check_segment(table: pa.Table, first: int, last: int, last_commit: pa.Table) -> list[Finding]:
+    """Check, without re-reading its commits, that a segment stands for commits ``first..last``.
+
+    Its entries must name every commit of the range in order, and its entries
+    of commit ``last`` must be that stored commit's, field for field. With the
+    links ``check_links`` checks from the head before it, the segment then ends
+    on the real chain; what it cannot show is an inner entry edited with its
+    old hash kept, which doctor's full comparison (and entry re-hash) finds.
+    """
+    commits = table.column("commit").combine_chunks()
+    tail = table.slice(max(0, table.num_rows - last_commit.num_rows))
+    steps = pc.subtract(commits.slice(1), commits.slice(0, max(0, len(commits) - 1)))
+    holds = (
+        len(commits) > 0
+        and commits[0].as_py() == first
+        and commits[-1].as_py() == last
+        and (len(steps) == 0 or (pc.min(steps).as_py() >= 0 and pc.max(steps).as_py() <= 1))
+        and pc.sum(pc.equal(commits, last)).as_py() == last_commit.num_rows
+        and tail.replace_schema_metadata(None).equals(last_commit.replace_schema_metadata(None))
+    )
+    if holds:
+        return []
+    return [Finding(kind="segment-mismatch", version=first,
+                    message=f"segment of commits {first}..{last} differs from those commits")]
+
+
 def check_pins(table: pa.Table, pins: Iterable[Pin]) -> list[Finding]:
     """Compare recorded heads with the chain: a consistent tail rewrite changes a pinned hash."""
     by_seq = dict(zip(table.column("seq").to_pylist(), table.column("entry_hash").to_pylist(), strict=True))

@@ -13,12 +13,13 @@ from collections.abc import Iterable
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-from registry._canonical import digest
+from registry._canonical import DIGEST_PREFIX, digest, is_digest
 from registry._chain import Finding, Pin, check_commit_placement, check_entry_hashes, check_links, check_pins
 from registry._entry import ENTRY_SCHEMA
 from registry._errors import ManifestCorrupt
-from registry._manifest import LOG_DIR, READ_BATCH, Head, commit_key, decode_table, list_segments, segment_key
-from registry._objects import object_key
+from registry._layout import LOG_DIR, commit_key, commit_version, list_segments, segment_key, stray_files
+from registry._manifest import READ_BATCH, Head, decode_table
+from registry._objects import OBJECTS_DIR, object_key
 from registry._registry import Registry
 from registry._signatures import SigningStatus, check_signatures, trust_roots
 
@@ -45,9 +46,8 @@ class DoctorReport(BaseModel):
 def _all_commit_versions(registry: Registry) -> list[int]:
     versions = []
     for bucket in registry.storage.list(LOG_DIR):
-        for name in registry.storage.list(f"{LOG_DIR}/{bucket}"):
-            if name.endswith(".parquet"):
-                versions.append(int(name.removesuffix(".parquet")))
+        found = (commit_version(bucket, name) for name in registry.storage.list(f"{LOG_DIR}/{bucket}"))
+        versions += [version for version in found if version is not None]
     return sorted(versions)
 
 
@@ -86,25 +86,51 @@ def _check_segments(registry: Registry, commits: list[tuple[int, pa.Table]]) -> 
     return len(ranges), findings
 
 
+def _corrupt(object_digest: str) -> Finding:
+    return Finding(kind="object-corrupt", digest=object_digest,
+                   message=f"object {object_digest}: bytes do not match the address")
+
+
+def _missing(seq: int, object_digest: str) -> Finding:
+    return Finding(kind="object-missing", seq=seq, digest=object_digest,
+                   message=f"seq {seq} names object {object_digest}, which is not stored")
+
+
 def _check_objects(registry: Registry, table: pa.Table) -> tuple[int, list[Finding]]:
-    findings = []
-    stored = list(registry.objects.digests())
+    listed = list(registry.objects.digests())
+    stored = [name for name in listed if is_digest(name)]
+    findings = [Finding(kind="stray-file", message=f"{OBJECTS_DIR}/*/{name.removeprefix(DIGEST_PREFIX)} is not an "
+                        "object's address; readers ignore it, remove it")
+                for name in listed if not is_digest(name)]
     for start in range(0, len(stored), READ_BATCH):
         batch = stored[start : start + READ_BATCH]
         for object_digest, data in zip(batch, registry.storage.read_many([object_key(d) for d in batch]), strict=True):
             if data is None or digest(data) != object_digest:
-                findings.append(
-                    Finding(kind="object-corrupt", digest=object_digest,
-                            message=f"object {object_digest}: bytes do not match the address")
-                )
+                findings.append(_corrupt(object_digest))
     present = set(stored)
     for seq, object_digest in zip(table.column("seq").to_pylist(), table.column("digest").to_pylist(), strict=True):
         if object_digest not in present:
-            findings.append(
-                Finding(kind="object-missing", seq=seq, digest=object_digest,
-                        message=f"seq {seq} names object {object_digest}, which is not stored")
-            )
+            findings.append(_missing(seq, object_digest))
     return len(stored), findings
+
+
+def check_named_objects(registry: Registry, table: pa.Table) -> list[Finding]:
+    """Read back every object that ``table``'s entries name, with doctor's findings for what fails.
+
+    The whole-store scan is doctor's; a command that builds on one scope (a
+    plan's attempts) reads back only the objects of that scope first.
+    """
+    named = dict(zip(table.column("digest").to_pylist(), table.column("seq").to_pylist(), strict=True))
+    digests = list(named)
+    findings = []
+    for start in range(0, len(digests), READ_BATCH):
+        batch = digests[start : start + READ_BATCH]
+        for object_digest, data in zip(batch, registry.storage.read_many([object_key(d) for d in batch]), strict=True):
+            if data is None:
+                findings.append(_missing(named[object_digest], object_digest))
+            elif digest(data) != object_digest:
+                findings.append(_corrupt(object_digest))
+    return findings
 
 
 def check_registry(registry: Registry, pins: Iterable[Pin] = (), trust: list[bytes] | None = None) -> DoctorReport:
@@ -119,6 +145,7 @@ def check_registry(registry: Registry, pins: Iterable[Pin] = (), trust: list[byt
     findings += check_links(table)
     findings += check_entry_hashes(table)
     findings += check_pins(table, pins)
+    findings += stray_files(registry.storage)
     segments, segment_findings = _check_segments(registry, commits)
     objects, object_findings = _check_objects(registry, table)
     signing, signature_findings = check_signatures(registry, table, trust_roots(trust or []))

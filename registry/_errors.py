@@ -60,6 +60,10 @@ class ManifestCorrupt(RegistryError):
     """The manifest chain is broken; readers refuse it. Run `tribunal doctor`."""
 
 
+class EvidenceDamaged(RegistryError):
+    """Objects a command would build on are missing or corrupt; it refuses rather than bury the damage."""
+
+
 class ManifestConflict(RegistryError):
     """Another writer took the commit version first. Safe to rebase and retry."""
 

@@ -20,7 +20,9 @@ Commit protocol, and the races it relies on:
    fails, the outcome is unknown and ``CommitOutcomeUnknown`` is raised.
 5. Every ``SEGMENT_COMMITS`` commits, the writer that closes a range writes a
    segment (put-if-absent, best effort). Segments are derived; commits are
-   never deleted, and doctor checks each segment against its commits.
+   never deleted. A reader verifies each segment against the last commit it
+   replaces before using it (``_load_segments``); doctor compares every
+   segment with all of its commits. File names: ``_layout``.
 
 Because a writer can only create version v after reading every version below
 it, its view of which txns exist is complete at the moment it commits.
@@ -40,14 +42,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
-from registry._chain import check_links
+from registry._chain import check_links, check_segment
 from registry._entry import ENTRY_SCHEMA, ManifestEntry, NewEntry, rows_to_table, seal_entries, utc_now
 from registry._errors import CommitOutcomeUnknown, ManifestConflict, ManifestCorrupt, RegistryError
+from registry._layout import commit_key, list_commit_versions, list_segments, segment_key
 from registry._storage import Storage
 
-LOG_DIR = "log"
-SEGMENTS_DIR = "segments"
-BUCKET_COMMITS = 1000
 SEGMENT_COMMITS = 1000
 TRANSPORT_RETRIES = 5
 CONFLICT_RETRIES = 10_000
@@ -67,16 +67,6 @@ class Head(BaseModel):
     version: int
     seq: int
     entry_hash: str
-
-
-def commit_key(version: int) -> str:
-    """Return the storage key of commit ``version``."""
-    return f"{LOG_DIR}/{version // BUCKET_COMMITS:08d}/{version:020d}.parquet"
-
-
-def segment_key(first: int, last: int) -> str:
-    """Return the storage key of the segment compacting commits ``first..last``."""
-    return f"{SEGMENTS_DIR}/{first:020d}-{last:020d}.parquet"
 
 
 def encode_table(table: pa.Table, metadata: dict[bytes, bytes] | None = None, compression: str = "none") -> bytes:
@@ -109,32 +99,6 @@ def decode_table(data: bytes, where: str) -> pa.Table:
     if table.schema.remove_metadata() != ENTRY_SCHEMA:
         raise ManifestCorrupt(f"{where} does not have the manifest entry schema")
     return table
-
-
-def list_commit_versions(storage: Storage, start: int = 0) -> Iterator[int]:
-    """Yield the versions of stored commits from ``start`` on, in order.
-
-    Buckets are listed one by one from the bucket holding ``start``; a writer
-    only opens bucket b+1 after filling bucket b, so an empty bucket ends the log.
-    """
-    bucket = start // BUCKET_COMMITS
-    while True:
-        names = storage.list(f"{LOG_DIR}/{bucket:08d}")
-        versions = sorted(int(name.split(".")[0]) for name in names if name.endswith(".parquet"))
-        if not versions:
-            return
-        yield from (version for version in versions if version >= start)
-        bucket += 1
-
-
-def list_segments(storage: Storage) -> list[tuple[int, int]]:
-    """Return the (first, last) commit ranges of stored segments."""
-    ranges = []
-    for name in storage.list(SEGMENTS_DIR):
-        if name.endswith(".parquet"):
-            first, _, last = name.removesuffix(".parquet").partition("-")
-            ranges.append((int(first), int(last)))
-    return sorted(ranges)
 
 
 def read_commits(storage: Storage, versions: list[int]) -> Iterator[tuple[int, pa.Table]]:
@@ -180,16 +144,39 @@ class Manifest:
                 self._apply(version, table)
 
     def _load_segments(self) -> None:
-        """Take the longest chain of segments starting at commit 0."""
+        """Take the longest chain of segments starting at commit 0, each verified before use.
+
+        A segment is derived, so anyone who can write the store can plant one
+        (a correctly named file holding only commit 0 would hide commits 1..999
+        and make the next writer fork the chain). Each segment must end on the
+        stored commit it claims to end on, entry for entry, and chain from the
+        head before it (``_apply``); the commits after it then chain from its
+        last entry. Re-hashing every entry is left to doctor, which compares
+        each segment with all of its commits.
+        """
         ranges = list_segments(self.storage)
-        while True:
-            covering = [last for first, last in ranges if first == self._version + 1]
-            if not covering:
-                return
-            last = max(covering)
-            where = segment_key(self._version + 1, last)
-            table = decode_table(self.storage.read(where), where)
+        chain: list[tuple[int, int]] = []
+        first = self._version + 1
+        while covering := [last for start, last in ranges if start == first]:
+            chain.append((first, max(covering)))
+            first = max(covering) + 1
+        endings = self.storage.read_many([commit_key(last) for _, last in chain])  # one batch, not one per segment
+        for (first, last), ending in zip(chain, endings, strict=True):
+            where = segment_key(first, last)
+            table = decode_table(self._read_key(where), where)
+            if ending is None:
+                raise ManifestCorrupt(f"commit {last}, which segment {first}..{last} ends on, is missing; "
+                                      "run `tribunal doctor`")
+            findings = check_segment(table, first, last, decode_table(ending, commit_key(last)))
+            if findings:
+                raise ManifestCorrupt(f"{findings[0].message}; run `tribunal doctor`")
             self._apply(last, table)
+
+    def _read_key(self, key: str) -> bytes:
+        try:
+            return self.storage.read(key)
+        except OSError:
+            raise ManifestCorrupt(f"{key} cannot be read; run `tribunal doctor`") from None
 
     def _read_commit(self, version: int) -> pa.Table:
         where = commit_key(version)

@@ -99,7 +99,7 @@ class LocalStorage:
     def list(self, prefix: str) -> list[str]:
         try:
             names = os.listdir(self.root / prefix)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted(name for name in names if not name.startswith(TMP_PREFIX))
 

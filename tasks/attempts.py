@@ -44,7 +44,7 @@ from tasks.grading import Grading, grade
 from tasks.judging import judge_attempt
 from tasks.progress import attempt_done
 from tasks.redaction import RedactionStop
-from tasks.retain import RetainedAttempt, refuse_attempt, retain_candidate, txn
+from tasks.retain import RetainedAttempt, refuse_attempt, retain_candidate, stored_attempt, txn
 from tasks.taxonomy import failure_labels
 from tasks.verdict import terminal_class
 
@@ -144,12 +144,15 @@ def attempt_states(registry: Registry, experiment: str,
 def load_retained(registry: Registry, state: AttemptState) -> RetainedAttempt:
     """Rebuild a retained attempt from its stored (redacted) evidence."""
     contract = registry.load(state.entries[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
-    result = registry.load(state.entries[Role.CANDIDATE_RESULT].digest, CandidateResult)
-    return RetainedAttempt(contract=contract, result=result, patch=registry.get(result.patch_digest))
+    return stored_attempt(registry, contract, state.entries[Role.CANDIDATE_RESULT].digest)
 
 
-def store_grading(registry: Registry, contract: AttemptContract, grading: Grading, generation: int, step: str) -> None:
-    """Store the four grading records (and the grader's sandbox profile) and append them as one commit."""
+def store_grading(registry: Registry, contract: AttemptContract, grading: Grading, generation: int,
+                  step: str) -> list[ManifestEntry]:
+    """Store the four grading records (and the grader's sandbox profile and bytes), append them as one commit.
+
+    Returns the entries the registry holds for them (the receipt's last).
+    """
     for kept in (grading.sandbox_profile, grading.program):
         if kept:
             registry.put(kept)
@@ -159,7 +162,7 @@ def store_grading(registry: Registry, contract: AttemptContract, grading: Gradin
         Role.GRADER_RESULT: grading.result_bytes,
         Role.GRADER_RECEIPT: grading.receipt_bytes,
     }
-    registry.append(
+    return registry.append(
         [
             NewEntry(
                 txn=txn(contract.attempt_id, f"{step}:{role.value}"), role=role.value,

@@ -37,6 +37,7 @@ from registry import (
     check_registry,
     digest,
 )
+from tasks.binding_audit import audit_grading_binding
 from tasks.judge_audit import audit_judgements
 from tasks.rederive import rederive_candidate, rederive_receipt, rederive_records
 from tasks.sealing import receipt_disagreements, receipt_seal_holds
@@ -190,7 +191,7 @@ def audit_receipts(registry: Registry, attempt_ids: list[str] | None = None) -> 
     receipts: list[ManifestEntry] = []
     for entries in by_attempt.values():
         findings += audit_attempt(registry, entries) + audit_judgements(registry, entries)
-        findings += rederive_candidate(registry, entries)
+        findings += audit_grading_binding(registry, entries) + rederive_candidate(registry, entries)
         receipts += [entry for entry in entries if entry.role == Role.GRADER_RECEIPT]
     pins: dict[str, tuple[str, int]] = {}
     for receipt in sorted(receipts, key=lambda entry: entry.seq):

@@ -6,17 +6,22 @@ success is re-derived from the retained envelope alone -- status ``completed``
 and exit code 0 -- not from any stored verdict. The grader runs through the
 same boundary as ``tribunal run`` with the profile's *current* bytes; the new
 result and receipt are appended as generation n+1. A receipt identical to the
-current one appends nothing (same bytes, same verdict: nothing to record).
+current one appends nothing (same bytes, same verdict: nothing to record); one
+identical to an older generation is appended again, as the newest.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow.compute as pc
+from pydantic import Field
+
 from registry import (
     AttemptContract,
     CandidateResult,
     Config,
+    EvidenceDamaged,
     NewEntry,
     Plan,
     Registry,
@@ -24,6 +29,7 @@ from registry import (
     TerminalEvidence,
     TribunalError,
     canonical_json,
+    check_named_objects,
     digest,
 )
 from registry._models import Strict
@@ -43,6 +49,17 @@ class RecordMissing(TribunalError):
     """The experiment has no canonical record to rewrite."""
 
 
+class GenerationChange(Strict):
+    """One attempt whose current verdict record a regrade or rejudge replaced: which, by which, as generation n."""
+
+    attempt_id: str
+    generation: int
+    previous: str | None
+    """The receipt (rejudge: judgement) that was current before; None if the attempt had none."""
+    current: str
+    """The receipt (judgement) the registry holds as generation ``generation`` now."""
+
+
 class MutationReceipt(Strict):
     """Why the canonical experiment record changed: which operation, which grader, from what to what."""
 
@@ -56,6 +73,8 @@ class MutationReceipt(Strict):
     previous_record: str
     new_record: str
     manifest_head_before: str | None
+    changes: list[GenerationChange] = Field(default_factory=list)
+    """Every attempt whose current verdict changed; absent from receipts written before it was recorded."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,10 @@ class RegradeOutcome:
     grader_id: str
     grader_version: str
     changed: bool
+    previous: str | None = None
+    """The digest of the receipt (judgement) that was current before, when ``changed``."""
+    current: str | None = None
+    """The digest of the receipt (judgement) now current, when ``changed``."""
 
 
 def envelope_succeeded(terminal: TerminalEvidence) -> bool:
@@ -89,6 +112,22 @@ def first_missing_evidence(registry: Registry, experiment: str, attempt_ids: lis
     """The position of the first attempt without retained candidate evidence, if any."""
     complete = set.intersection(*(registry.attempts_with(experiment_id=experiment, role=role) for role in REQUIRED))
     return next((n for n, attempt_id in enumerate(attempt_ids) if attempt_id not in complete), None)
+
+
+def refuse_damaged(registry: Registry, plan: Plan) -> None:
+    """Refuse to build a new generation on a plan whose stored evidence doctor would flag (EvidenceDamaged).
+
+    A regrade or rejudge supersedes current verdicts, so going ahead would
+    bury a deleted receipt or a flipped byte under a fresh generation and a
+    clean-looking record. Every object the plan's attempts name is read back
+    first (the chain and segments were verified when the manifest was read).
+    """
+    attempt_ids = [ref.attempt_id for ref in plan.attempt_refs()]
+    scope = registry.table().filter(pc.field("attempt_id").isin(attempt_ids))
+    findings = check_named_objects(registry, scope)
+    if findings:
+        raise EvidenceDamaged(f"{findings[0].message} ({len(findings)} damaged objects in the plan's evidence); "
+                              "run `tribunal doctor`")
 
 
 def retained_evidence(registry: Registry, state: AttemptState, attempt_id: str, profile: str | None) -> RetainedAttempt:
@@ -122,8 +161,12 @@ def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
     if current is not None and current.digest == receipt_digest:
         return RegradeOutcome(attempt_id, current.generation, *ids, changed=False)
     generation = (current.generation or 1) + 1 if current is not None else 1
-    store_grading(registry, contract, grading, generation=generation, step=f"regrade:{receipt_digest}")
-    return RegradeOutcome(attempt_id, generation, *ids, changed=True)
+    # Keyed on the generation as well as the receipt: a grader that comes back (A -> B -> A) records A again
+    # as the newest generation, where a key on the receipt alone would find A's old entry and append nothing.
+    stored = store_grading(registry, contract, grading, generation=generation,
+                           step=f"regrade:{generation}:{receipt_digest}")[-1]
+    return RegradeOutcome(attempt_id, stored.generation, *ids, changed=True,
+                          previous=current.digest if current is not None else None, current=stored.digest)
 
 
 def record_mutation(registry: Registry, plan: Plan, previous: str, new_record: str, profile: str | None,
@@ -135,6 +178,9 @@ def record_mutation(registry: Registry, plan: Plan, previous: str, new_record: s
         graders=sorted({f"{o.grader_id}@{o.grader_version}" for o in outcomes}),
         attempts_changed=sum(o.changed for o in outcomes), previous_record=previous, new_record=new_record,
         manifest_head_before=head_before,
+        changes=[GenerationChange(attempt_id=o.attempt_id, generation=o.generation, previous=o.previous,
+                                  current=o.current)
+                 for o in outcomes if o.changed and o.generation is not None and o.current is not None],
     )
     body = canonical_json(receipt.model_dump(mode="json"))
     object_digest = registry.put(body)

@@ -30,7 +30,7 @@ from tasks.attempts import AttemptState, scoring_id
 from tasks.execution.workbench import Workbench
 from tasks.judging import judge_attempt, missing_policy, open_intents
 from tasks.regrade import REQUIRED, EvidenceMissing, RegradeOutcome
-from tasks.retain import RetainedAttempt
+from tasks.retain import RetainedAttempt, txn
 
 
 class IntentOpen(TribunalError):
@@ -71,7 +71,9 @@ def rejudge_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
     )
     judge_attempt(registry, retained, config, bench, scoring_id=scoring, generation=generation,
                   prev_judgement_hash=tip.digest if tip else None, step=f"rejudge:{generation}")
-    return RegradeOutcome(attempt_id, generation, policy.judge_id, policy.version, changed=True)
+    judged = registry.find(txn(attempt_id, f"rejudge:{generation}:{Role.JUDGEMENT.value}"))
+    return RegradeOutcome(attempt_id, generation, policy.judge_id, policy.version, changed=True,
+                          previous=tip.digest if tip else None, current=judged.digest if judged else None)
 
 
 def recover_attempt(registry: Registry, state: AttemptState, attempt_id: str) -> list[str]:

@@ -97,7 +97,7 @@ def retain_candidate(run: CandidateRun, config: Config, registry: Registry) -> R
     )
     stored[Role.CANDIDATE_RESULT] = canonical_json(result.model_dump(mode="json"))
     digests[Role.CANDIDATE_RESULT] = registry.put(stored[Role.CANDIDATE_RESULT])
-    registry.append(
+    entries = registry.append(
         [
             NewEntry(
                 txn=txn(attempt, role.value), role=role.value, experiment_id=contract.experiment,
@@ -106,7 +106,19 @@ def retain_candidate(run: CandidateRun, config: Config, registry: Registry) -> R
             for role in stored
         ]
     )
-    return RetainedAttempt(contract=contract, result=result, patch=clean["patch"])
+    return stored_attempt(registry, contract, entries[list(stored).index(Role.CANDIDATE_RESULT)].digest)
+
+
+def stored_attempt(registry: Registry, contract: AttemptContract, result_digest: str) -> RetainedAttempt:
+    """The attempt as the registry holds it: the candidate result an append returned, and the patch it names.
+
+    Another ``tribunal run`` on the same plan may have retained this attempt
+    first; the append then returns the winner's entries, not ours, and grading
+    must read those (SPEC §12 "Writers grade what is stored"), or the receipt
+    would bind evidence that is not the retained one.
+    """
+    result = registry.load(result_digest, CandidateResult)
+    return RetainedAttempt(contract=contract, result=result, patch=registry.get(result.patch_digest))
 
 
 def refuse_attempt(contract: AttemptContract, stop: RedactionStop, try_number: int, registry: Registry) -> None:

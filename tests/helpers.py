@@ -24,17 +24,27 @@ def tribunal(*args: str, cwd: Path | None = None,
     The child imports this checkout (``PYTHONPATH``), not whatever an editable
     install of the virtualenv points at: a git worktree must test its own code.
     """
-    child_env = dict(os.environ if env is None else env)
-    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), child_env.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-c", "from flows.cli import main; main()", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
-        env=child_env,
+        env=_child_env(env),
         timeout=600,
         check=False,
     )
+
+
+def start_tribunal(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start the console entry point like ``tribunal`` does, without waiting (for runs that must overlap)."""
+    return subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env(env))
+
+
+def _child_env(env: dict[str, str] | None) -> dict[str, str]:
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), child_env.get("PYTHONPATH")]))
+    return child_env
 
 
 def copy_demo(target: Path) -> Path:

@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from registry import Registry, Role
-from registry._manifest import LOG_DIR, WRITER_KEY
+from registry._layout import LOG_DIR
+from registry._manifest import WRITER_KEY
 from tests.helpers import copy_demo, tribunal
 
 

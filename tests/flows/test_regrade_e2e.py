@@ -160,3 +160,45 @@ def test_regrade_refuses_a_drifted_plan(tmp_path: Path, cli_env: dict[str, str])
     plan.write_text(json.dumps(body))
     done = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env)
     assert done.returncode == 1 and "plan drifted" in done.stderr and "Traceback" not in done.stderr
+
+
+LENIENT_GRADER = '''"""v3: passes whatever completed."""
+import json, sys
+print(json.dumps({"passed": bool(json.load(sys.stdin).get("candidate_succeeded", False))}))
+'''
+
+
+def test_a_grader_that_comes_back_is_current_again(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Attack on the record's truth: regrade with A, then B, then A again. Keyed on the receipt alone, the third
+    regrade found A's old entry, appended nothing, said "changed", and left B's verdicts current."""
+    plan, config, _, registry = run_demo(tmp_path, cli_env)
+
+    def regrade_with(source: str, version: str) -> dict:  # type: ignore[type-arg]
+        install_grader(config, source, version)
+        done = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json",
+                        env=cli_env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    first_a = regrade_with(STRICT_GRADER, "2")
+    b = regrade_with(LENIENT_GRADER, "3")
+    assert verdicts_of(b) != verdicts_of(first_a)
+    again_a = regrade_with(STRICT_GRADER, "2")
+    assert (again_a["changed"], again_a["graders"]) == (10, ["suite-checker@2"])
+    assert verdicts_of(again_a) == verdicts_of(first_a)
+    assert {a["generation"] for a in again_a["report"]["attempts"]} == {4}
+
+    store = Registry.open(registry)
+    receipts = {(e.attempt_id, e.generation): e.digest for e in store.entries(role=Role.GRADER_RECEIPT)}
+    [*_, mutation] = store.entries(role=Role.MUTATION_RECEIPT)
+    changes = json.loads(store.get(mutation.digest))["changes"]
+    assert sorted((c["attempt_id"], c["generation"], c["previous"], c["current"]) for c in changes) == sorted(
+        (attempt, 4, receipts[(attempt, 3)], receipts[(attempt, 2)]) for attempt, generation in receipts
+        if generation == 4)
+    assert len(changes) == 10
+    doctor = tribunal("doctor", "--plan", str(plan), "--registry", registry, "--json", env=cli_env)
+    assert doctor.returncode == 0, doctor.stdout
+
+
+def verdicts_of(summary: dict) -> dict[str, tuple[str, str]]:  # type: ignore[type-arg]
+    return {a["attempt_id"]: (a["terminal_class"], a["grader_version"]) for a in summary["report"]["attempts"]}

@@ -193,11 +193,19 @@ def _profile_missing(store: Registry, attempt: str, newest: ManifestEntry) -> Ma
     return forge(store, Role.GRADER_RECEIPT, resealed(body, sandbox_profile=digest(b"no such profile")), attempt, 3)
 
 
+def _grading_unbound(store: Registry, attempt: str, newest: ManifestEntry) -> ManifestEntry:
+    body = receipt_of(store, newest)
+    graded = {**json.loads(store.get(body["input_hash"])), "patch_digest": digest(b"a patch nobody retained")}
+    input_entry = forge(store, Role.GRADER_INPUT, canonical_json(graded), attempt, 3)
+    return forge(store, Role.GRADER_RECEIPT, resealed(body, input_hash=input_entry.digest), attempt, 3)
+
+
 FORGERIES = {
     "receipt-seal-broken": _seal_broken, "receipt-misfiled": _misfiled,
     "receipt-artifact-missing": _artifact_missing, "receipt-result-disagrees": _result_disagrees,
     "generation-gap": _generation_gap, "receipt-result-mismatch": _result_mismatch,
     "receipt-unreadable": _unreadable, "sandbox-profile-missing": _profile_missing,
+    "grading-unbound": _grading_unbound,
 }
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pyarrow.compute as pc
 import pytest
 
 import registry._manifest as manifest_module
-from registry import ManifestCorrupt, NewEntry, Registry, RegistryError
-from registry._entry import entry_hash
-from registry._manifest import commit_key, list_segments
+from registry import ManifestCorrupt, NewEntry, Registry, RegistryError, check_registry
+from registry._entry import entry_hash, rows_to_table
+from registry._manifest import commit_key, decode_table, encode_table, list_segments, segment_key
+from registry._objects import object_key
 
 
 def draft(txn: str, registry: Registry, role: str = "test", attempt_id: str | None = None) -> NewEntry:
@@ -89,6 +93,57 @@ def test_compact_fills_ranges_a_crashed_writer_left(store_url: str, monkeypatch:
     raw(registry).delete("segments/00000000000000000000-00000000000000000002.parquet")
     assert Registry.open(store_url).compact() == 1
     assert list_segments(registry.storage) == [(0, 2), (3, 5)]
+
+
+def _only_commit_zero(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [row for row in rows if row["commit"] == 0]
+
+
+def _last_entry_edited(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [*rows[:-1], {**rows[-1], "role": "grader-receipt"}]  # its hash and links kept
+
+
+@pytest.mark.parametrize("forge", [_only_commit_zero, _last_entry_edited])
+def test_a_forged_segment_is_refused_and_never_forks_the_chain(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, raw, forge: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+) -> None:  # type: ignore[no-untyped-def]
+    """Attack: a correctly named segment that does not hold the commits it names (e.g. only commit 0) would hide
+    history from readers and make the next writer chain commit 4 onto entry 0: a second history."""
+    monkeypatch.setattr(manifest_module, "SEGMENT_COMMITS", 4)
+    registry = Registry.open(store_url)
+    for i in range(4):
+        registry.append([draft(f"t{i}", registry)])
+    key = segment_key(0, 3)
+    rows = decode_table(registry.storage.read(key), key).to_pylist()
+    raw(registry).write(key, encode_table(rows_to_table(forge(rows))))
+    with pytest.raises(ManifestCorrupt, match=r"segment of commits 0\.\.3 differs from those commits"):
+        Registry.open(store_url).entries()
+    with pytest.raises(ManifestCorrupt, match="tribunal doctor"):
+        Registry.open(store_url).append([draft("fork", registry)])
+    assert not registry.storage.exists(commit_key(4))
+    assert [(f.kind, f.version) for f in check_registry(Registry.open(store_url)).findings] == [("segment-mismatch", 0)]
+
+
+STRAYS = ("segments/junk.parquet", "segments/0-3.parquet", "segments/notes.txt", "log/00000000/junk.parquet",
+          "log/00000000/00000000000000001005.parquet", "log/readme")
+
+
+def test_stray_files_are_skipped_by_readers_and_named_by_doctor(
+    store_url: str, monkeypatch: pytest.MonkeyPatch, raw
+) -> None:  # type: ignore[no-untyped-def]
+    """Attack: files that are neither commits, segments nor objects dropped into the store's folders."""
+    monkeypatch.setattr(manifest_module, "SEGMENT_COMMITS", 4)
+    registry = Registry.open(store_url)
+    for i in range(5):
+        registry.append([draft(f"t{i}", registry)])
+    for key in STRAYS:
+        raw(registry).write(key, b"not what it seems")
+    assert [entry.seq for entry in Registry.open(store_url).entries()] == list(range(5))
+    assert Registry.open(store_url).append([draft("t5", registry)])[0].seq == 5
+    raw(registry).write(f"{object_key(registry.put(b'a neighbour')).rsplit('/', 1)[0]}/junk", b"not an address")
+    findings = check_registry(Registry.open(store_url)).findings
+    assert {f.kind for f in findings} == {"stray-file"}
+    assert sorted(f.message.split(" ")[0] for f in findings) == sorted([*STRAYS, "objects/sha256/*/junk"])
 
 
 def test_reader_refuses_a_broken_chain(store_url: str, raw) -> None:  # type: ignore[no-untyped-def]

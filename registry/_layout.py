@@ -1,0 +1,88 @@
+"""Where the manifest's files live, and which names under ``log/`` and ``segments/`` are its files.
+
+Only a name ``commit_key`` or ``segment_key`` would produce is read as a
+commit or a segment; anything else there is a stray file, which readers skip
+(so it cannot change what they read) and doctor names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from registry._chain import Finding
+from registry._storage import Storage
+
+LOG_DIR = "log"
+SEGMENTS_DIR = "segments"
+BUCKET_COMMITS = 1000
+COMMIT_NAME = re.compile(r"(\d{20})\.parquet")
+BUCKET_NAME = re.compile(r"\d{8}")
+SEGMENT_NAME = re.compile(r"(\d{20})-(\d{20})\.parquet")
+
+
+def commit_key(version: int) -> str:
+    """Return the storage key of commit ``version``."""
+    return f"{LOG_DIR}/{version // BUCKET_COMMITS:08d}/{version:020d}.parquet"
+
+
+def segment_key(first: int, last: int) -> str:
+    """Return the storage key of the segment compacting commits ``first..last``."""
+    return f"{SEGMENTS_DIR}/{first:020d}-{last:020d}.parquet"
+
+
+def commit_version(bucket: str, name: str) -> int | None:
+    """The version a log file's name gives, or None when it is not where ``commit_key`` puts a commit.
+
+    Anything else under ``log/`` is a stray file: readers skip it, doctor names it.
+    """
+    match = COMMIT_NAME.fullmatch(name)
+    if match is None or not BUCKET_NAME.fullmatch(bucket) or int(match[1]) // BUCKET_COMMITS != int(bucket):
+        return None
+    return int(match[1])
+
+
+def segment_range(name: str) -> tuple[int, int] | None:
+    """The (first, last) commits a file name under ``segments/`` stands for, or None for a stray file."""
+    match = SEGMENT_NAME.fullmatch(name)
+    if match is None or int(match[1]) > int(match[2]):
+        return None
+    return int(match[1]), int(match[2])
+
+
+def list_commit_versions(storage: Storage, start: int = 0) -> Iterator[int]:
+    """Yield the versions of stored commits from ``start`` on, in order.
+
+    Buckets are listed one by one from the bucket holding ``start``; a writer
+    only opens bucket b+1 after filling bucket b, so an empty bucket ends the log.
+    """
+    bucket = start // BUCKET_COMMITS
+    while True:
+        names = storage.list(f"{LOG_DIR}/{bucket:08d}")
+        found = (commit_version(f"{bucket:08d}", name) for name in names)
+        versions = sorted(version for version in found if version is not None)
+        if not versions:
+            return
+        yield from (version for version in versions if version >= start)
+        bucket += 1
+
+
+def list_segments(storage: Storage) -> list[tuple[int, int]]:
+    """Return the (first, last) commit ranges of stored segments (stray files skipped)."""
+    found = (segment_range(name) for name in storage.list(SEGMENTS_DIR))
+    return sorted(found_range for found_range in found if found_range is not None)
+
+
+def stray_files(storage: Storage) -> list[Finding]:
+    """Name every file under ``log/`` and ``segments/`` that is neither a commit nor a segment.
+
+    Readers never open such a file, so it cannot change what they read; it is
+    still damage (or a forgery attempt) an operator should see.
+    """
+    strays = [f"{SEGMENTS_DIR}/{name}" for name in storage.list(SEGMENTS_DIR) if segment_range(name) is None]
+    for bucket in storage.list(LOG_DIR):
+        names = storage.list(f"{LOG_DIR}/{bucket}") if BUCKET_NAME.fullmatch(bucket) else [""]
+        strays += [f"{LOG_DIR}/{bucket}/{name}".rstrip("/") for name in names if commit_version(bucket, name) is None]
+    return [Finding(kind="stray-file",
+                    message=f"{key} is neither a commit nor a segment; readers ignore it, remove it")
+            for key in strays]
