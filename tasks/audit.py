@@ -39,7 +39,7 @@ from registry import (
 )
 from tasks.binding_audit import audit_grading_binding
 from tasks.judge_audit import audit_judgements
-from tasks.rederive import rederive_candidate, rederive_receipt, rederive_records
+from tasks.rederive import rederive_candidate, rederive_generations, rederive_receipt, rederive_records
 from tasks.sealing import receipt_disagreements, receipt_seal_holds
 from tasks.verdict import terminal_class
 
@@ -189,16 +189,19 @@ def audit_receipts(registry: Registry, attempt_ids: list[str] | None = None) -> 
             by_attempt.setdefault(entry.attempt_id, []).append(entry)
     findings: list[Finding] = []
     receipts: list[ManifestEntry] = []
+    later: list[ManifestEntry] = []
     for entries in by_attempt.values():
         findings += audit_attempt(registry, entries) + audit_judgements(registry, entries)
         findings += audit_grading_binding(registry, entries) + rederive_candidate(registry, entries)
         receipts += [entry for entry in entries if entry.role == Role.GRADER_RECEIPT]
+        later += [entry for entry in entries if entry.role in (Role.GRADER_RECEIPT, Role.JUDGEMENT)
+                  and (entry.generation or 1) > 1]
+    findings += rederive_generations(registry, later)
     pins: dict[str, tuple[str, int]] = {}
     for receipt in sorted(receipts, key=lambda entry: entry.seq):
         findings += rederive_receipt(registry, receipt, pins)
     if attempt_ids is None:
-        findings += rederive_records(registry, registry.entries(role=Role.EXPERIMENT_RECORD),
-                                     {entry.digest: entry for entry in receipts})
+        findings += rederive_records(registry, registry.entries(role=Role.EXPERIMENT_RECORD), receipts)
     return findings
 
 

@@ -41,6 +41,7 @@ from registry import (
     TerminalEvidence,
 )
 from tasks.execution.boundary import verdict_in
+from tasks.regrade import MutationReceipt
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -129,8 +130,15 @@ def rederive_candidate(registry: Registry, entries: list[ManifestEntry]) -> list
 
 
 def rederive_records(registry: Registry, records: Iterable[ManifestEntry],
-                     receipts: dict[str, ManifestEntry]) -> list[Finding]:
-    """Every experiment record's lines name receipts of their attempts and say what those receipts say."""
+                     receipts: list[ManifestEntry]) -> list[Finding]:
+    """Every experiment record's lines name receipts of their attempts and say what those receipts say.
+
+    One receipt's bytes may be several generations of an attempt (a grader that comes back, A -> B -> A).
+    """
+    generations: dict[tuple[str | None, str], set[int]] = {}
+    for receipt_entry in receipts:
+        generations.setdefault((receipt_entry.attempt_id, receipt_entry.digest), set()).add(
+            receipt_entry.generation or 1)
     findings = []
     for entry in records:
         record = _read(registry, entry.digest, ExperimentRecord)
@@ -143,14 +151,13 @@ def rederive_records(registry: Registry, records: Iterable[ManifestEntry],
                                     message=f"record at seq {entry.seq} counts {record.resolved} resolved, its "
                                             f"lines {sum(line.resolved for line in record.attempts)}"))
         for line in record.attempts:
-            receipt_entry = receipts.get(line.receipt_digest)
-            receipt = _read(registry, line.receipt_digest, GraderReceipt) if receipt_entry else None
+            held = generations.get((line.attempt_id, line.receipt_digest))
+            receipt = _read(registry, line.receipt_digest, GraderReceipt) if held else None
             problem = None
-            if receipt_entry is None or receipt_entry.attempt_id != line.attempt_id:
+            if not held:
                 problem = f"names receipt {line.receipt_digest}, which is not a receipt of this attempt"
-            elif (receipt_entry.generation or 1) != line.generation:
-                problem = (f"says generation {line.generation}, its receipt is generation "
-                           f"{receipt_entry.generation or 1}")
+            elif line.generation not in held:
+                problem = f"says generation {line.generation}, its receipt is generation {sorted(held)}"
             elif line.resolved and (receipt is None or not receipt.passed):
                 problem = "counts the attempt resolved, its receipt did not pass"
             elif line.resolved != (line.terminal_class == "resolved"):
@@ -160,3 +167,29 @@ def rederive_records(registry: Registry, records: Iterable[ManifestEntry],
                                         message=f"experiment record at seq {entry.seq}, attempt {line.attempt_id}: "
                                                 f"{problem}"))
     return findings
+
+
+def rederive_generations(registry: Registry, generations: list[ManifestEntry]) -> list[Finding]:
+    """Every grader receipt or judgement after generation 1 is named by a mutation receipt (regrade, rejudge).
+
+    A forger appending generation 2 writes no mutation receipt -- and in a
+    signed registry could not sign one. Mutation receipts written before they
+    listed their changes cannot vouch for anything: generations older than
+    the newest such receipt are not checked.
+    """
+    named: set[tuple[str, str]] = set()
+    horizon = -1
+    for entry in registry.entries(role=Role.MUTATION_RECEIPT):
+        receipt = _read(registry, entry.digest, MutationReceipt)
+        if receipt is None:
+            continue
+        if receipt.attempts_changed and not receipt.changes:
+            horizon = max(horizon, entry.seq)
+        named.update((change.attempt_id, change.current) for change in receipt.changes)
+    return [_finding("generation-unexplained", entry,
+                     f"{entry.role} generation {entry.generation} is named by no mutation receipt: forged, or "
+                     "made by a regrade or rejudge interrupted before its receipt (run it again: it names "
+                     "what it would have appended)")
+            for entry in generations
+            if (entry.generation or 1) > 1 and entry.seq > horizon
+            and (str(entry.attempt_id), entry.digest) not in named]

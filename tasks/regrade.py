@@ -159,7 +159,10 @@ def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
     receipt_digest = digest(grading.receipt_bytes)
     ids = (grading.result.grader_id, grading.result.grader_version)
     if current is not None and current.digest == receipt_digest:
-        return RegradeOutcome(attempt_id, current.generation, *ids, changed=False)
+        receipts = state.receipts()
+        earlier = receipts[-2].digest if len(receipts) > 1 else None
+        return RegradeOutcome(attempt_id, current.generation, *ids, changed=False, previous=earlier,
+                              current=current.digest)
     generation = (current.generation or 1) + 1 if current is not None else 1
     # Keyed on the generation as well as the receipt: a grader that comes back (A -> B -> A) records A again
     # as the newest generation, where a key on the receipt alone would find A's old entry and append nothing.
@@ -169,10 +172,27 @@ def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
                           previous=current.digest if current is not None else None, current=stored.digest)
 
 
+def named_generations(registry: Registry, experiment: str) -> set[tuple[str, str]]:
+    """(attempt, receipt or judgement digest) of every generation a mutation receipt of ``experiment`` names."""
+    named = set()
+    for entry in registry.entries(experiment_id=experiment, role=Role.MUTATION_RECEIPT):
+        for change in registry.load(entry.digest, MutationReceipt).changes:
+            named.add((change.attempt_id, change.current))
+    return named
+
+
 def record_mutation(registry: Registry, plan: Plan, previous: str, new_record: str, profile: str | None,
                     outcomes: list[RegradeOutcome], head_before: str | None,
                     operation: str = "regrade") -> MutationReceipt:
     """Append the receipt of a regrade's (or rejudge's) change to the canonical record."""
+    named = named_generations(registry, plan.experiment)
+
+    def recorded(outcome: RegradeOutcome) -> bool:
+        """Changed now, or an unchanged generation n > 1 no receipt names yet: one an interrupted regrade made
+        with the very bytes this one would have appended (so no forged generation is ever adopted)."""
+        unnamed = (outcome.generation or 1) > 1 and (outcome.attempt_id, outcome.current) not in named
+        return outcome.changed or unnamed
+
     receipt = MutationReceipt(
         operation=operation, experiment=plan.experiment, plan_hash=plan.plan_hash, grader_profile=profile,
         graders=sorted({f"{o.grader_id}@{o.grader_version}" for o in outcomes}),
@@ -180,7 +200,7 @@ def record_mutation(registry: Registry, plan: Plan, previous: str, new_record: s
         manifest_head_before=head_before,
         changes=[GenerationChange(attempt_id=o.attempt_id, generation=o.generation, previous=o.previous,
                                   current=o.current)
-                 for o in outcomes if o.changed and o.generation is not None and o.current is not None],
+                 for o in outcomes if recorded(o) and o.generation is not None and o.current is not None],
     )
     body = canonical_json(receipt.model_dump(mode="json"))
     object_digest = registry.put(body)

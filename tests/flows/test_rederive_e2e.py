@@ -180,7 +180,9 @@ def test_replay_flags_a_grader_output_swapped_for_another_valid_one(store: Regis
     victim, donor = graded(store, passed=False)[0], graded(store, passed=True)[0]
     seq = swap_output(store, victim, donor)
     code, body = replayed(store, config)
-    assert code == 1 and [(f["kind"], f["seq"]) for f in body["findings"]] == [("replay-differs", seq)]
+    kinds = {(f["kind"], f["seq"]) for f in body["findings"]}
+    assert code == 1 and ("replay-differs", seq) in kinds
+    assert kinds - {("replay-differs", seq)} == {("generation-unexplained", seq)}  # nothing re-derived caught it
 
 
 def test_a_non_deterministic_grader_is_replayed_on_its_verdict_only(store: Registry, config: Path) -> None:
@@ -190,8 +192,23 @@ def test_a_non_deterministic_grader_is_replayed_on_its_verdict_only(store: Regis
     config.write_text(config.read_text().replace("[grader_profiles.unit-tests]",
                                                  "[grader_profiles.unit-tests]\ndeterministic = false"))
     assert "deterministic = false" in config.read_text()
-    code, body = replayed(store, config)
-    assert code == 0 and body["replay"]["reproduced"] == 10, body["findings"]
+    _, body = replayed(store, config)
+    assert body["replay"]["reproduced"] == 10 and not replay_findings(body), body["findings"]
     config.write_text(config.read_text().replace("deterministic = false", "deterministic = true"))
-    code, body = replayed(store, config)
-    assert [(f["kind"], f["seq"]) for f in body["findings"]] == [("replay-differs", same_verdict)]
+    _, body = replayed(store, config)
+    assert replay_findings(body) == [same_verdict]
+
+
+def replay_findings(body: dict[str, Any]) -> list[int]:
+    return [f["seq"] for f in body["findings"] if f["kind"] == "replay-differs"]
+
+
+def test_a_later_generation_no_mutation_receipt_names_is_a_finding(store: Registry) -> None:
+    """Attack: append generation 2 as a copy of generation 1 (every record agrees with every other), but no
+    regrade made it: nothing names it as a change."""
+    entry, _ = failing_receipt(store)
+    common = {"experiment_id": entry.experiment_id, "attempt_id": entry.attempt_id, "generation": 2}
+    data = store.get(entry.digest)
+    [landed] = store.append([NewEntry(txn="copy:receipt", role=Role.GRADER_RECEIPT.value, digest=entry.digest,
+                                      size=len(data), **common)])
+    assert ("generation-unexplained", landed.seq) in findings(store)

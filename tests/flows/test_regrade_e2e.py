@@ -202,3 +202,30 @@ def test_a_grader_that_comes_back_is_current_again(tmp_path: Path, cli_env: dict
 
 def verdicts_of(summary: dict) -> dict[str, tuple[str, str]]:  # type: ignore[type-arg]
     return {a["attempt_id"]: (a["terminal_class"], a["grader_version"]) for a in summary["report"]["attempts"]}
+
+
+def test_a_regrade_interrupted_before_its_mutation_receipt_is_named_by_the_next(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Doctor flags a generation no mutation receipt names (a forger's, or an interrupted regrade's); running the
+    regrade again names the generations it would have appended itself, so doctor is clean again."""
+    from registry import load_config, load_plan
+    from tasks.attempts import attempt_states
+    from tasks.execution.workbench import workbench
+    from tasks.regrade import regrade_attempt
+
+    plan, config, _, registry = run_demo(tmp_path, cli_env)
+    install_grader(config, STRICT_GRADER, "2")
+    store, frozen, settings = Registry.open(registry), load_plan(plan), load_config(config)
+    states = attempt_states(store, frozen.experiment)
+    with workbench(1) as bench:  # the regrade's generations, then the "crash": no record, no mutation receipt
+        for ref in frozen.attempt_refs():
+            regrade_attempt(store, states[ref.attempt_id], ref.attempt_id, settings, None, bench)
+    doctor = tribunal("doctor", "--registry", registry, "--json", env=cli_env)
+    unexplained = [f for f in json.loads(doctor.stdout)["findings"] if f["kind"] == "generation-unexplained"]
+    assert doctor.returncode == 1 and len(unexplained) == 10
+    again = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json",
+                     env=cli_env)
+    assert again.returncode == 0 and json.loads(again.stdout)["changed"] == 0
+    doctor = tribunal("doctor", "--registry", registry, "--json", env=cli_env)
+    assert doctor.returncode == 0, doctor.stdout
