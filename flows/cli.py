@@ -35,10 +35,12 @@ from flows.console import (
     quiet_prefect_failures,
     render_comparison,
     render_doctor,
+    render_paired,
     render_report,
     table_text,
 )
 from flows.requests import EvaluateRequest, RegradeRequest, RejudgeRequest, Runner
+from flows.validate_command import validate_command
 from registry import (
     Config,
     Pin,
@@ -315,10 +317,14 @@ def report(
     publish: Annotated[bool, typer.Option("--publish", help="Audit the report's scope first; publish only on a "
                                                           "commit decision (exit 1 otherwise).")] = False,
     history: Annotated[bool, typer.Option("--history", help="Also list every generation of every attempt.")] = False,
+    paired: Annotated[tuple[str, str] | None,
+                      typer.Option("--paired", help="Two candidate ids A B: compare them on the same items.")] = None,
 ) -> None:
     """Report current verdicts and pass rates (stored in the registry), or compare two stored reports."""
     if format not in FORMATS:
         raise UsageError(f"--format {format!r}: choose one of {', '.join(FORMATS)}")
+    if paired is not None and (compare is not None or publish or format not in ("table", "json")):
+        raise UsageError("--paired takes --plan and --format table or json (not --compare, --publish)")
     from tasks.report import build_report, compare_reports, load_report, rates_by_grader_version
     from tasks.report_formats import to_html, to_markdown, to_swebench
 
@@ -330,6 +336,9 @@ def report(
     if plan is None:
         raise UsageError("report needs --plan (or --compare A B)")
     frozen = load_plan(plan)
+    if paired is not None:
+        report_paired(store, frozen, grader_version, paired, format)
+        return
     decision = publish_report(store, frozen, grader_version) if publish else None
     built = decision.report if decision else build_report(store, frozen, grader_version, history=history)
     if built is None:
@@ -355,6 +364,30 @@ def report(
         raise typer.Exit(1)
 
 
+def report_paired(store: Registry, plan: Plan, grader_version: str | None, pair: tuple[str, str],
+                  format: str) -> None:
+    """Compare two candidates of a plan on the items both attempted in its admitted slice (SPEC §14, §16)."""
+    from tasks.measurement.paired import pair_candidates
+    from tasks.report import build_report
+
+    known = [candidate.id for candidate in plan.candidates]
+    for name in pair:
+        if name not in known:
+            raise UsageError(f"--paired: {name!r} is not a candidate of plan {plan.experiment} "
+                             f"(candidates: {', '.join(known)})")
+    if pair[0] == pair[1]:
+        raise UsageError("--paired needs two different candidates")
+    result = pair_candidates(build_report(store, plan, grader_version), *pair)
+    if format == "json":
+        print_json(result)
+        return
+    from tasks.measurement.admission import describe_slice
+
+    out.print(escape(describe_slice(result["slice"])), highlight=False)
+    render_paired(result, *pair)
+    err.print(f"stored report {result['report']}")
+
+
 def publish_report(store: Registry, plan: Plan, grader_version: str | None) -> Decision:
     """Audit before commit; say what was decided and why (the report, if built, is printed by the caller)."""
     from tasks.publish import publish
@@ -376,6 +409,7 @@ def publish_report(store: Registry, plan: Plan, grader_version: str | None) -> D
 
 
 app.command("calibrate")(calibrate_command)
+app.command("validate")(validate_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -52,7 +52,19 @@ from registry._judging import (
 )
 from registry._manifest import Head
 from registry._memory import release_free_memory, tune_allocators
-from registry._plan import AttemptRef, Plan, PlanCandidate, PlanCase, attempt_id, load_plan, plan_bytes
+from registry._plan import (
+    UNKNOWN,
+    AdmitRule,
+    AttemptRef,
+    Contamination,
+    Plan,
+    PlanCandidate,
+    PlanCase,
+    attempt_id,
+    expand_path,
+    load_plan,
+    plan_bytes,
+)
 from registry._records import (
     AttemptContract,
     AttemptSummary,
@@ -72,9 +84,12 @@ from registry._records import (
 )
 from registry._registry import Registry, resolve_registry_url
 from registry._sandbox import SandboxConfig, SandboxProfile
+from registry._validation import ControlGrading, ValidationRecord, ValidationStatus, case_status
 
 __all__ = [
     "CALIBRATION_EXPERIMENT",
+    "UNKNOWN",
+    "AdmitRule",
     "AttemptContract",
     "AttemptRef",
     "AttemptSummary",
@@ -90,6 +105,8 @@ __all__ = [
     "CanonicalJsonError",
     "CommitOutcomeUnknown",
     "Config",
+    "Contamination",
+    "ControlGrading",
     "DoctorReport",
     "EvidenceReceipt",
     "ExperimentRecord",
@@ -135,15 +152,19 @@ __all__ = [
     "TerminalEvidence",
     "TribunalError",
     "UsageError",
+    "ValidationRecord",
+    "ValidationStatus",
     "attempt_id",
     "blinded_candidate",
     "calibration_record",
     "candidate_truth",
     "canonical_json",
+    "case_status",
     "chain_findings",
     "check_registry",
     "digest",
     "digest_json",
+    "expand_path",
     "find_config",
     "freeze_experiment",
     "is_digest",

@@ -10,17 +10,35 @@ Those inputs must lie inside the experiment's folder once ``..`` and links
 are followed: a spec naming ``/etc`` or ``../../proc/self`` would copy host
 files into a store that others read. Reading from elsewhere is possible, but
 only as a deliberate choice (``allow_outside``, ``--allow-outside``).
+
+A candidate's code is pinned like a grader's (SPEC §14): the bytes of each
+declared ``read_only`` path are digested into the plan, and its revision is
+recorded as stated or as ``revision_command`` prints it. That command is the
+operator's own (``git describe``, say), run on the host like the freeze
+itself, with PATH alone in its environment and a time limit.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 from registry._archive import archive_tree
+from registry._canonical import digest
 from registry._entry import NewEntry
 from registry._errors import SpecError
 from registry._models import read_toml
-from registry._plan import PLAN_SCHEMA, ExperimentSpec, Plan, compute_plan_hash, load_spec, plan_bytes
+from registry._plan import (
+    PLAN_SCHEMA,
+    CandidateSpec,
+    ExperimentSpec,
+    Plan,
+    compute_plan_hash,
+    expand_path,
+    load_spec,
+    plan_bytes,
+)
 from registry._predictions import parse_predictions
 from registry._registry import Registry
 
@@ -50,6 +68,11 @@ def _inputs(spec_path: Path, spec: ExperimentSpec, allow_outside: bool) -> dict[
         if not prompt.is_file():
             raise SpecError(f"{spec_path}: case[{i}].prompt: file {case.prompt!r} not found")
         found[f"case[{i}].repo"], found[f"case[{i}].prompt"] = repo, prompt
+        if case.gold_patch is not None:
+            gold = _located(spec_path, f"case[{i}].gold_patch", case.gold_patch, allow_outside)
+            if not gold.is_file():
+                raise SpecError(f"{spec_path}: case[{i}].gold_patch: file {case.gold_patch!r} not found")
+            found[f"case[{i}].gold_patch"] = gold
     for i, candidate in enumerate(spec.candidate):
         if candidate.predictions is not None:
             predictions = _located(spec_path, f"candidate[{i}].predictions", candidate.predictions, allow_outside)
@@ -60,6 +83,44 @@ def _inputs(spec_path: Path, spec: ExperimentSpec, allow_outside: bool) -> dict[
             parse_predictions(predictions.read_bytes(), f"{spec_path}: candidate[{i}].predictions")
             found[f"candidate[{i}].predictions"] = predictions
     return found
+
+
+REVISION_TIMEOUT_S = 60
+
+
+def _revision(spec_path: Path, position: int, candidate: CandidateSpec) -> str | None:
+    """The stated revision, or what ``revision_command`` prints (stripped); a failing command stops the freeze."""
+    if candidate.revision_command is None:
+        return candidate.revision
+    where = f"{spec_path}: candidate[{position}].revision_command"
+    base = str(spec_path.resolve().parent)
+    argv = [part.replace("{experiment_dir}", base) for part in candidate.revision_command]
+    try:
+        done = subprocess.run(argv, cwd=base, capture_output=True, timeout=REVISION_TIMEOUT_S, check=False,
+                              env={"PATH": os.environ.get("PATH", "")})
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SpecError(f"{where}: could not run {argv[0]!r} ({error})") from None
+    text = done.stdout.decode("utf-8", errors="replace").strip()
+    if done.returncode != 0 or not text:
+        raise SpecError(f"{where}: exited {done.returncode} with {'no output' if not text else 'output ' + repr(text)}")
+    return text
+
+
+def _read_only_digests(spec_path: Path, position: int, candidate: CandidateSpec) -> dict[str, str] | None:
+    """Each declared ``read_only`` path's digest (a folder: of its deterministic archive); None when none."""
+    if candidate.kind != "command" or not candidate.read_only:
+        return None
+    base = str(spec_path.resolve().parent)
+    pinned = {}
+    for n, declared in enumerate(candidate.read_only):
+        path = Path(expand_path(declared, base))
+        if path.is_dir():
+            pinned[declared] = digest(archive_tree(path))
+        elif path.is_file():
+            pinned[declared] = digest(path.read_bytes())
+        else:
+            raise SpecError(f"{spec_path}: candidate[{position}].read_only[{n}]: {declared!r} not found ({path})")
+    return pinned
 
 
 def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: bool = False) -> tuple[Plan, bytes]:
@@ -76,6 +137,9 @@ def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: boo
             "prompt_hash": registry.put(paths[f"case[{i}].prompt"].read_bytes()),
             "grader_profile": case.grader_profile,
             "judge": case.judge,
+            "gold_patch_digest": (registry.put(paths[f"case[{i}].gold_patch"].read_bytes())
+                                  if case.gold_patch is not None else None),
+            "contamination": case.contamination,
         }
         for i, case in enumerate(spec.case)
     ]
@@ -93,6 +157,9 @@ def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: boo
             "model": candidate.model,
             "network": candidate.network,
             "read_only": candidate.read_only,
+            "revision": _revision(spec_path, i, candidate),
+            "revision_command": candidate.revision_command,
+            "read_only_digests": _read_only_digests(spec_path, i, candidate),
         }
         for i, candidate in enumerate(spec.candidate)
     ]
@@ -101,6 +168,7 @@ def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: boo
         "experiment": spec.experiment,
         "experiment_dir": str(spec_path.resolve().parent),
         "attempts": spec.attempts,
+        "admit": spec.admit,
         "cases": cases,
         "candidates": candidates,
     }
