@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP) bubblewrap
 	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	$(BIN)/tribunal plan freeze examples/demo/experiment.toml -o $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
+	$(BIN)/tribunal validate --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --config examples/demo/tribunal.toml
 	$(BIN)/tribunal run --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --config examples/demo/tribunal.toml
 	$(BIN)/tribunal report --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
+	$(BIN)/tribunal report --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --paired agent-fixer agent-hasty
 	$(BIN)/tribunal doctor --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
 ifdef JUDGE_ENDPOINT
 	$(BIN)/python examples/demo/judged.py $(DEMO_DIR)/judged

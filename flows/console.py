@@ -121,7 +121,7 @@ def render_report(built: dict[str, Any], console: Console | None = None) -> None
     console.print(attempts)
     several = any("pass_at_k" in tally for tally in built["summary"]["candidates"].values())
     rates = Table(Column("candidate", no_wrap=True), "planned", "resolved", "unmeasured",
-                  Column("pass rate", no_wrap=True), Column("95% interval", no_wrap=True),
+                  Column("pass rate", no_wrap=True), "95% CI",
                   *(["pass@k, pass^k"] if several else []), title="pass rate per candidate (resolved / planned)")
     for name, tally in built["summary"]["candidates"].items():
         rates.add_row(name, str(tally["planned"]), str(tally["resolved"]), str(tally["unmeasured"]),

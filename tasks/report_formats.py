@@ -35,11 +35,9 @@ def candidate_rate(tally: dict[str, Any]) -> str:
 
 
 def interval_text(tally: dict[str, Any]) -> str:
-    """A candidate's 95% interval and how it was computed, e.g. ``[38.7%, 78.1%] wilson``; ``-`` when undefined."""
+    """A candidate's 95% interval, e.g. ``[38.7%, 78.1%]``; ``-`` when undefined (how: ``measurement_lines``)."""
     interval = tally.get("interval")
-    if interval is None:
-        return "-"
-    return f"[{_rate(interval[0])}, {_rate(interval[1])}] {tally.get('interval_method', '')}".rstrip()
+    return "-" if interval is None else f"[{_rate(interval[0])}, {_rate(interval[1])}]"
 
 
 def pass_k_text(tally: dict[str, Any]) -> str:
