@@ -176,8 +176,10 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
         grader_version)
     by_case = tally(Counter(ref.case_id for ref in refs), attempts, "case_id")
     cohorts = [{"case_id": case_id, "cohort_key": cohorts_of[case_id], **by_case[case_id]} for case_id in cohorts_of]
-    by_candidate = with_uncertainty(tally(Counter(ref.candidate_id for ref in refs), attempts, "candidate_id"),
-                                    attempts, list(cohorts_of), plan.attempts)
+    planned = Counter({candidate.id: 0 for candidate in plan.candidates})  # a slice may admit no case at all
+    planned.update(ref.candidate_id for ref in refs)
+    by_candidate = with_uncertainty(tally(planned, attempts, "candidate_id"), attempts, list(cohorts_of),
+                                    plan.attempts)
     measured = [summaries[a["attempt_id"]] for a in attempts if a["attempt_id"] in summaries]
     graders = sorted({f"{a['grader_id']}@{a['grader_version']}" for a in attempts
                       if a["terminal_class"] != REDACTION_REFUSED})
@@ -259,7 +261,8 @@ def rates_by_grader_version(registry: Registry, plan: Plan) -> dict[str, dict[st
     admitted = admitted_cases(plan, admitted_slice(registry, plan))
     cases = [case.id for case in plan.cases if case.id in admitted]
     series: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    planned = Counter(ref.candidate_id for ref in plan.attempt_refs() if ref.case_id in admitted)
+    planned = Counter({candidate.id: 0 for candidate in plan.candidates})
+    planned.update(ref.candidate_id for ref in plan.attempt_refs() if ref.case_id in admitted)
     for version in versions:
         summaries = [{**s.model_dump(), "isolated": bool(s.isolated)}
                      for s in current_summaries(registry, plan, version).values() if s.case_id in admitted]

@@ -55,9 +55,15 @@ def admitted_cases(plan: Plan, law: Mapping[str, Any]) -> set[str]:
 
 
 def sibling_rules(plan: Plan, others: list[Plan]) -> list[dict[str, str]]:
-    """Other plans of the same cases and candidates frozen under a different admission rule."""
+    """Other plans of the same cases, candidate ids and attempts frozen under a different admission rule.
+
+    Candidates are compared by id only: their pinned code may differ between
+    freezes (a rebuilt agent) and the two reports still answer questions about
+    the same cases under different slices.
+    """
     def body(frozen: Plan) -> object:
-        return frozen.model_dump(mode="json", exclude={"plan_hash", "admit", "experiment_dir"})
+        return (frozen.model_dump(mode="json", include={"experiment", "attempts", "cases"}),
+                [candidate.id for candidate in frozen.candidates])
 
     return sorted(({"plan_hash": other.plan_hash, "rule": other.admit} for other in others
                    if other.admit != plan.admit and body(other) == body(plan)), key=lambda item: item["plan_hash"])

@@ -142,7 +142,8 @@ def test_the_slice_law_names_every_excluded_case_with_its_reason() -> None:
 def test_a_plan_under_another_rule_is_named_as_a_sibling() -> None:
     plan, other = make_plan("all"), make_plan("cleared").model_copy(update={"plan_hash": "sha256:" + "9" * 64})
     assert sibling_rules(plan, [other]) == [{"plan_hash": "sha256:" + "9" * 64, "rule": "cleared"}]
-    assert sibling_rules(plan, [make_plan("all", revision="v2")]) == []  # another artifact, not another rule
+    assert sibling_rules(plan, [make_plan("all", revision="v2")]) == []  # the same rule: not a sibling
+    assert sibling_rules(plan, [other.model_copy(update={"attempts": 3})]) == []  # another sample rule
 
 
 def test_coordinates_print_unknown_never_omit() -> None:
