@@ -29,6 +29,8 @@ CONFIDENCE: Final = 0.95
 BOOTSTRAP_SEED: Final = 20261203
 BOOTSTRAP_RESAMPLES: Final = 9999
 DIGITS: Final = 4
+BATCH: Final = 500
+"""Resamples drawn at once: memory is BATCH x cases floats, whatever the number of resamples."""
 
 Interval = tuple[float, float]
 
@@ -58,7 +60,8 @@ def cluster_bootstrap(sums: Sequence[float], counts: Sequence[int], seed: int = 
     totals = np.array([total for total, _ in kept], dtype=np.float64)
     sizes = np.array([count for _, count in kept], dtype=np.float64)
     found = stats.bootstrap((totals, sizes), _ratio_of_sums, paired=True, vectorized=True,
-                            n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=CONFIDENCE, method="percentile",
+                            n_resamples=BOOTSTRAP_RESAMPLES, batch=BATCH, confidence_level=CONFIDENCE,
+                            method="percentile",
                             rng=np.random.default_rng(seed)).confidence_interval
     return round(float(found.low), DIGITS), round(float(found.high), DIGITS)
 

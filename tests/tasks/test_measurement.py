@@ -11,7 +11,7 @@ from registry import Plan
 from tasks.measurement.admission import describe_slice, sibling_rules, slice_law
 from tasks.measurement.coordinates import COORDINATES, claim_coordinates
 from tasks.measurement.intervals import cluster_bootstrap, pass_at_k, pass_hat_k, rate_uncertainty, wilson
-from tasks.measurement.paired import mcnemar_exact, pair_candidates
+from tasks.measurement.paired import mcnemar_exact, pair_candidates, pair_reports
 
 Z = 1.959963984540054
 """The 97.5th percentile of the standard normal distribution (tables give 1.95996)."""
@@ -108,6 +108,17 @@ def test_paired_statistics_count_exactly_the_discordant_items() -> None:
         [(f"c{n:02}", "resolved", "grader_failure") for n in range(14, 19)] + [("c19", "grader_failure", "resolved")])
     low, high = paired["interval"]
     assert low < 0.2 < high
+
+
+def test_compare_pairs_two_grader_versions_over_the_attempts_both_reports_hold() -> None:
+    """Before: v1 passes c0..c5; after: v2 passes c0..c3 and c6: 2 flips to fail, 1 to pass (p = 1.0)."""
+    before = {"attempts": [line("a", f"c{n}", 0, n < 6) for n in range(8)]}
+    after = {"attempts": [line("a", f"c{n}", 0, n < 4 or n == 6) for n in range(9)]}  # c8 is new: not an item
+    paired = pair_reports(before, after)
+    assert (paired["items"], paired["a_only"], paired["b_only"], paired["both"], paired["neither"]) == (8, 2, 1, 4, 1)
+    assert paired["mcnemar_p"] == pytest.approx(1.0)  # 2 * P(X <= 1), X ~ Bin(3, 1/2) = 2 * 4/8, capped at 1
+    assert [(d["case_id"], d["key"]) for d in paired["discordant"]] == [("c4", "a"), ("c5", "a"), ("c6", "a")]
+    assert paired["difference"] == pytest.approx(1 / 8)
 
 
 def make_plan(admit: str = "all", revision: str | None = None) -> Plan:
