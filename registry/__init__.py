@@ -34,7 +34,7 @@ from registry._errors import (
     TribunalError,
     UsageError,
 )
-from registry._freeze import freeze_experiment
+from registry._freeze import code_drift, freeze_experiment
 from registry._judging import (
     BlindedCandidate,
     CandidateTruth,
@@ -162,6 +162,7 @@ __all__ = [
     "case_status",
     "chain_findings",
     "check_registry",
+    "code_drift",
     "digest",
     "digest_json",
     "expand_path",

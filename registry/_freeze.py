@@ -24,7 +24,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from registry._archive import archive_tree
+from registry._archive import EXCLUDED_NAMES, archive_tree
 from registry._canonical import digest
 from registry._entry import NewEntry
 from registry._errors import SpecError
@@ -106,21 +106,48 @@ def _revision(spec_path: Path, position: int, candidate: CandidateSpec) -> str |
     return text
 
 
+CODE_EXCLUDED = frozenset({*EXCLUDED_NAMES, "__pycache__"})
+"""Left out of a code digest: git metadata, and bytecode Python writes beside the code it runs (unsandboxed)."""
+
+
+def code_digest(path: Path) -> str | None:
+    """The digest of a file's bytes, or of a folder's deterministic archive; None when the path is gone."""
+    if path.is_dir():
+        return digest(archive_tree(path, CODE_EXCLUDED))
+    if path.is_file():
+        return digest(path.read_bytes())
+    return None
+
+
 def _read_only_digests(spec_path: Path, position: int, candidate: CandidateSpec) -> dict[str, str] | None:
-    """Each declared ``read_only`` path's digest (a folder: of its deterministic archive); None when none."""
+    """Each declared ``read_only`` path's code digest; None for a candidate that declares none."""
     if candidate.kind != "command" or not candidate.read_only:
         return None
     base = str(spec_path.resolve().parent)
     pinned = {}
     for n, declared in enumerate(candidate.read_only):
         path = Path(expand_path(declared, base))
-        if path.is_dir():
-            pinned[declared] = digest(archive_tree(path))
-        elif path.is_file():
-            pinned[declared] = digest(path.read_bytes())
-        else:
+        found = code_digest(path)
+        if found is None:
             raise SpecError(f"{spec_path}: candidate[{position}].read_only[{n}]: {declared!r} not found ({path})")
+        pinned[declared] = found
     return pinned
+
+
+def code_drift(plan: Plan, candidates: set[str]) -> list[str]:
+    """Each pinned ``read_only`` path of ``candidates`` whose bytes are no longer the ones the plan froze.
+
+    A run checks this before it starts candidates, as a grader's bytes are
+    checked against their pin before it grades: the argv alone does not say
+    which agent ran.
+    """
+    drift = []
+    for candidate in (c for c in plan.candidates if c.id in candidates):
+        for declared, pinned in sorted((candidate.read_only_digests or {}).items()):
+            now = code_digest(Path(expand_path(declared, plan.experiment_dir)))
+            if now != pinned:
+                drift.append(f"{candidate.id}: {declared} was {pinned} at freeze, is {now or 'missing'} now")
+    return drift
 
 
 def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: bool = False) -> tuple[Plan, bytes]:

@@ -26,6 +26,7 @@ VALIDATED_RULES = ("validated", "cleared+validated")
 
 
 def needs_validation(plan: Plan) -> bool:
+    """Whether the plan's rule reads validation records (reports skip reading them otherwise)."""
     return plan.admit in VALIDATED_RULES
 
 

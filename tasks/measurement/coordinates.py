@@ -50,14 +50,15 @@ def _profile_line(role: str, digests: set[str], profiles: Mapping[str, SandboxPr
 
 
 def _evaluator_versions(plan: Plan, summaries: list[AttemptSummary]) -> dict[str, str]:
-    profile_of = {case.id: case.grader_profile for case in plan.cases}
+    """Per grader profile (and ``judge:NAME``): every id@version and pinned bytes behind the verdicts."""
+    cases = {case.id: case for case in plan.cases}
     seen: dict[str, set[str]] = defaultdict(set)
     for summary in summaries:
-        seen[profile_of[summary.case_id]].add(f"{summary.grader_id}@{summary.grader_version} "
-                                              f"{summary.grader_sha256 or 'sha256 ' + UNKNOWN}")
+        case = cases[summary.case_id]
+        seen[case.grader_profile].add(f"{summary.grader_id}@{summary.grader_version} "
+                                      f"{summary.grader_sha256 or 'sha256 ' + UNKNOWN}")
         for line in summary.judgements[-1:]:
-            judge = next(case.judge for case in plan.cases if case.id == summary.case_id)
-            seen[f"judge:{judge}"].add(f"policy {line.judge_policy_hash}")
+            seen[f"judge:{case.judge}"].add(f"policy {line.judge_policy_hash}")
     names = sorted({case.grader_profile for case in plan.cases} | set(seen))
     return {name: ", ".join(sorted(seen[name])) or UNKNOWN for name in names}
 
@@ -91,7 +92,7 @@ def claim_coordinates(plan: Plan, law: Mapping[str, Any], layer: str, summaries:
         if summary.candidate_sandbox:
             candidate_profiles[summary.candidate_id].add(summary.candidate_sandbox)
     graders = sorted({f"{s.grader_id}@{s.grader_version}" for s in kept})
-    judges = sorted({f"{case.judge}" for case in plan.cases if case.judge and case.id in admitted})
+    judges = sorted({case.judge for case in plan.cases if case.judge and case.id in admitted})
     sandboxes = [
         _profile_line("grader", {s.grader_sandbox for s in kept if s.grader_sandbox}, profiles),
         _profile_line("candidate", set().union(*candidate_profiles.values()), profiles),

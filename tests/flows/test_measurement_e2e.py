@@ -218,3 +218,18 @@ def test_validation_after_a_run_is_not_accepted(tmp_path: Path, cli_env: dict[st
         for case_id in ("off-by-one", "slugify")]
     assert report["summary"]["planned"] == 0 and report["candidates"][0]["interval"] is None
     assert report["coordinates"]["artifact_revision"]["agent-crasher"] == "unknown"
+
+
+def test_a_run_refuses_candidate_code_changed_since_freeze(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Attack: the plan says which agent runs; swapping its code under the same argv must not go unnoticed."""
+    spec = copy_demo(tmp_path / "exp")
+    registry, plan = str(tmp_path / "reg"), tmp_path / "plan.json"
+    ok(tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env))
+    (spec.parent / "agents" / "fixer.py").write_text("print('a different agent')\n")
+    done = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(spec.parent / "tribunal.toml"),
+                    env=cli_env)
+    assert done.returncode == 1 and "candidate code changed since the plan was frozen" in done.stderr
+    assert "agent-fixer: {experiment_dir}/agents was sha256:" in done.stderr and "Traceback" not in done.stderr
+    from registry import Registry
+
+    assert not Registry.open(registry).entries(role="attempt-contract")  # no candidate ran

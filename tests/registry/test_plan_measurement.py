@@ -126,3 +126,19 @@ def test_a_validation_record_status_follows_from_its_gradings(gold: list[dict[st
     wrong = "valid" if status != "valid" else "flaky"
     with pytest.raises(ValueError, match="does not follow from the gradings"):
         ValidationRecord.model_validate({**body, "status": wrong})
+
+
+def test_a_run_sees_candidate_code_that_changed_since_freeze(tmp_path: Path) -> None:
+    """Attack: swap the agent's code under the same argv after freezing; bytecode Python leaves behind is no change."""
+    from registry import code_drift
+
+    spec = copy_demo(tmp_path / "exp")
+    plan, _ = freeze_experiment(spec, Registry.open(str(tmp_path / "reg")))
+    (spec.parent / "agents" / "__pycache__").mkdir()
+    (spec.parent / "agents" / "__pycache__" / "fixes.cpython-311.pyc").write_bytes(b"\0")
+    assert code_drift(plan, {c.id for c in plan.candidates}) == []
+    (spec.parent / "agents" / "fixer.py").write_text("print('another agent')\n")
+    drift = code_drift(plan, {"agent-fixer", "agent-hasty"})
+    assert [line.split(":")[0] for line in drift] == ["agent-fixer", "agent-hasty"]  # both run from agents/
+    assert "{experiment_dir}/agents was sha256:" in drift[0]
+    assert code_drift(plan, {"swe-preds"}) == []  # a predictions candidate runs no code of its own
