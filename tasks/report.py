@@ -20,6 +20,7 @@ from registry import (
     AttemptSummary,
     ExperimentRecord,
     NewEntry,
+    ObjectMissing,
     Plan,
     Registry,
     Role,
@@ -143,9 +144,19 @@ def with_uncertainty(tallies: dict[str, dict[str, Any]], attempts: list[dict[str
 
 
 def sandbox_profiles(registry: Registry, summaries: list[AttemptSummary]) -> dict[str, SandboxProfile]:
-    """The distinct sandbox profiles the verdicts name (a handful, however many attempts)."""
+    """The distinct sandbox profiles the verdicts name (a handful, however many attempts).
+
+    A profile missing from the store is doctor's finding to report; here it is
+    only left out, and the coordinates name it by digest alone.
+    """
     named = {found for s in summaries for found in (s.candidate_sandbox, s.grader_sandbox) if found}
-    return {found: registry.load(found, SandboxProfile) for found in sorted(named)}
+    profiles = {}
+    for found in sorted(named):
+        try:
+            profiles[found] = registry.load(found, SandboxProfile)
+        except ObjectMissing:
+            continue
+    return profiles
 
 
 def build_report(registry: Registry, plan: Plan, grader_version: str | None = None,
