@@ -26,8 +26,10 @@ demo: $(STAMP) bubblewrap
 	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	$(BIN)/tribunal key init --out $(DEMO_DIR)/signing.pem --registry $(DEMO_DIR)/registry
 	$(BIN)/tribunal plan freeze examples/demo/experiment.toml -o $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
+	$(BIN)/tribunal validate --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --config examples/demo/tribunal.toml
 	$(BIN)/tribunal run --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --config examples/demo/tribunal.toml
 	$(BIN)/tribunal report --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
+	$(BIN)/tribunal report --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --paired agent-fixer agent-hasty
 	$(BIN)/tribunal doctor --plan $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry --replay all --config examples/demo/tribunal.toml
 ifdef JUDGE_ENDPOINT
 	$(BIN)/python examples/demo/judged.py $(DEMO_DIR)/judged

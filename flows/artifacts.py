@@ -21,7 +21,7 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
-from tasks.report_formats import to_markdown
+from tasks.report_formats import interval_text, to_markdown
 
 
 def artifact_key(prefix: str, experiment: str) -> str:
@@ -54,7 +54,8 @@ def publish_outcome(operation: str, report: dict[str, Any]) -> None:
     experiment = report["experiment"]
     create_table_artifact(
         [{"candidate": name, "planned": tally["planned"], "resolved": tally["resolved"],
-          "unmeasured": tally["unmeasured"], "pass_rate": tally["pass_rate"], "graders": ", ".join(tally["graders"])}
+          "unmeasured": tally["unmeasured"], "pass_rate": tally["pass_rate"], "interval_95": interval_text(tally),
+          "graders": ", ".join(tally["graders"])}
          for name, tally in report["summary"]["candidates"].items()],
         key=artifact_key("pass-rates", experiment),
         description=f"{operation} {experiment}: pass rate per candidate (report {report['report_digest']})",

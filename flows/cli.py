@@ -10,10 +10,9 @@ mistake.
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
@@ -33,13 +32,13 @@ from flows.console import (
     flow_progress,
     out,
     quiet_prefect_failures,
-    render_comparison,
     render_doctor,
     render_report,
-    table_text,
 )
 from flows.keys import key_app
+from flows.report_command import report_command
 from flows.requests import EvaluateRequest, RegradeRequest, RejudgeRequest, Runner
+from flows.validate_command import validate_command
 from registry import (
     Config,
     Pin,
@@ -47,8 +46,6 @@ from registry import (
     Registry,
     TribunalError,
     UsageError,
-    canonical_json,
-    ensure_signed,
     find_config,
     freeze_experiment,
     load_config,
@@ -59,9 +56,6 @@ from registry import (
 )
 from tasks.audit import audit_registry
 from tasks.execution.sandbox import ensure_backend
-
-if TYPE_CHECKING:
-    from tasks.publish import Decision
 
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -338,87 +332,9 @@ def selftest(
         raise typer.Exit(1)
 
 
-FORMATS = ("table", "json", "md", "html", "swebench")
-
-
-@app.command()
-def report(
-    plan: Annotated[Path | None, typer.Option("--plan", help="Frozen plan.json.")] = None,
-    registry: RegistryOption = None,
-    grader_version: Annotated[str | None, typer.Option("--grader-version",
-                                                       help="Admit only attempts this grader version graded.")] = None,
-    format: Annotated[str, typer.Option("--format", help="table, json, md, html or swebench.")] = "table",
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write to a file instead of stdout.")] = None,
-    compare: Annotated[tuple[str, str] | None,
-                       typer.Option("--compare", help="Two stored report digests: before after.")] = None,
-    publish: Annotated[bool, typer.Option("--publish", help="Audit the report's scope first; publish only on a "
-                                                          "commit decision (exit 1 otherwise).")] = False,
-    history: Annotated[bool, typer.Option("--history", help="Also list every generation of every attempt.")] = False,
-    config: Annotated[Path | None, typer.Option("--config", help="tribunal.toml whose [signing] key_file signs the "
-                                                "stored report (default: $TRIBUNAL_CONFIG, else ./tribunal.toml "
-                                                "if present, else $TRIBUNAL_SIGNING_KEY).")] = None,
-) -> None:
-    """Report current verdicts and pass rates (stored in the registry), or compare two stored reports."""
-    if format not in FORMATS:
-        raise UsageError(f"--format {format!r}: choose one of {', '.join(FORMATS)}")
-    from tasks.report import build_report, compare_reports, load_report, rates_by_grader_version
-    from tasks.report_formats import to_html, to_markdown, to_swebench
-
-    store = open_registry(registry, signing_config=config, signs=True)
-    if compare is not None:
-        diff = compare_reports(load_report(store, compare[0]), load_report(store, compare[1]))
-        print_json(diff) if format == "json" else render_comparison(diff)
-        return
-    if plan is None:
-        raise UsageError("report needs --plan (or --compare A B)")
-    frozen = load_plan(plan)
-    ensure_signed(store, frozen.experiment)
-    decision = publish_report(store, frozen, grader_version) if publish else None
-    built = decision.report if decision else build_report(store, frozen, grader_version, history=history)
-    if built is None:
-        raise typer.Exit(1)
-    renderers: dict[str, Callable[[], str]] = {
-        "json": lambda: canonical_json(built).decode() + "\n",
-        "md": lambda: to_markdown(built),
-        "html": lambda: to_html(built, rates_by_grader_version(store, frozen)),
-        "swebench": lambda: canonical_json(to_swebench(built)).decode() + "\n",
-        "table": lambda: table_text(built),
-    }
-    text = renderers[format]
-    if output is not None:
-        output.write_text(text())
-        out.print(f"report {built['report_digest']} -> {output}")
-    elif format == "table":
-        render_report(built)
-    else:
-        sys.stdout.write(text())
-    if format != "json":
-        err.print(f"stored report {built['report_digest']}")
-    if decision is not None and decision.publication is None:
-        raise typer.Exit(1)
-
-
-def publish_report(store: Registry, plan: Plan, grader_version: str | None) -> Decision:
-    """Audit before commit; say what was decided and why (the report, if built, is printed by the caller)."""
-    from tasks.publish import publish
-
-    with err.status("auditing the report's scope..."):
-        decision = publish(store, plan, grader_version)
-    audit = decision.audit
-    for reason in audit.doctor_findings + audit.gate_failures:
-        err.print(f"[red]{audit.decision}:[/] {escape(reason)}")
-    if audit.failure_labels:
-        err.print(f"[red]{audit.decision}:[/] {len(audit.failure_labels)} attempt(s) in scope labelled A (audit): "
-                  + ", ".join(audit.failure_labels))
-    if decision.publication is None:
-        err.print(f"[red]not published[/]: audit decision {audit.decision} (audit record {decision.audit_digest})")
-    else:
-        err.print(f"published report {audit.scope['report']} (audit record {decision.audit_digest}, "
-                  f"publication {decision.publication})")
-    return decision
-
-
+app.command("report")(report_command)
 app.command("calibrate")(calibrate_command)
+app.command("validate")(validate_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,7 +17,14 @@ from rich.progress import MofNCompleteColumn, Progress
 from rich.table import Column, Table
 
 from registry import DoctorReport, Plan
-from tasks.report_formats import calibration_banner, candidate_rate, taxonomy_line
+from tasks.report_formats import (
+    calibration_banner,
+    candidate_rate,
+    interval_text,
+    measurement_lines,
+    pass_k_text,
+    taxonomy_line,
+)
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -45,6 +52,29 @@ def render_comparison(diff: dict[str, Any]) -> None:
         for subject, entry in diff["calibration"][side].items():
             gates.add_row(side, subject, entry["status"])
     out.print(gates)
+    render_paired(diff["paired"], "before", "after", "flips")
+    slices = diff["slice"]
+    if not slices["same_plan"]:
+        out.print("[yellow]the two reports are of different plans[/] (admission rule "
+                  f"{(slices['before'] or {}).get('rule', 'unknown')!r} -> "
+                  f"{(slices['after'] or {}).get('rule', 'unknown')!r}): they answer different questions")
+
+
+def render_paired(paired: dict[str, Any], a: str, b: str, title: str = "discordant items") -> None:
+    """Paired statistics: concordant and discordant counts, exact McNemar p, mean difference with its interval."""
+    interval = paired["interval"]
+    difference = "-" if paired["difference"] is None else f"{100 * paired['difference']:+.1f} pts"
+    shown = "undefined" if interval is None else f"[{100 * interval[0]:+.1f}, {100 * interval[1]:+.1f}] pts"
+    out.print(f"paired over {paired['items']} items: both {paired['both']}, neither {paired['neither']}, "
+              f"only {escape(a)} {paired['a_only']}, only {escape(b)} {paired['b_only']}; "
+              f"exact McNemar p = {paired['mcnemar_p']:.4g}; mean difference ({escape(a)} - {escape(b)}) "
+              f"{difference}, 95% interval {shown} (cluster bootstrap over cases)")
+    table = Table("case", "#", *(["candidate"] if any("key" in d for d in paired["discordant"]) else []), a, b,
+                  title=f"{len(paired['discordant'])} {title}")
+    for item in paired["discordant"]:
+        table.add_row(item["case_id"], str(item["index"]), *([item["key"]] if "key" in item else []),
+                      item["a"], item["b"])
+    out.print(table)
 
 
 def table_text(built: dict[str, Any]) -> str:
@@ -89,11 +119,13 @@ def render_report(built: dict[str, Any], console: Console | None = None) -> None
                        f"{' (' + judge['failure'] + ')' if judge['failure'] else ''} ({judge['generation']})")
         attempts.add_row(*row)
     console.print(attempts)
+    several = any("pass_at_k" in tally for tally in built["summary"]["candidates"].values())
     rates = Table(Column("candidate", no_wrap=True), "planned", "resolved", "unmeasured",
-                  Column("pass rate", no_wrap=True), title="pass rate per candidate (resolved / planned)")
+                  Column("pass rate", no_wrap=True), "95% CI",
+                  *(["pass@k, pass^k"] if several else []), title="pass rate per candidate (resolved / planned)")
     for name, tally in built["summary"]["candidates"].items():
         rates.add_row(name, str(tally["planned"]), str(tally["resolved"]), str(tally["unmeasured"]),
-                      candidate_rate(tally))
+                      candidate_rate(tally), interval_text(tally), *([pass_k_text(tally)] if several else []))
     console.print(rates)
     for name, tally in built["summary"]["candidates"].items():
         console.print(f"{name} graded by: {', '.join(tally['graders']) or 'not graded'}")
@@ -107,6 +139,8 @@ def render_report(built: dict[str, Any], console: Console | None = None) -> None
                                 f"{gen['grader_id']}@{gen['grader_version']}", gen["terminal_class"])
         console.print(history)
     console.print(taxonomy_line(built))
+    for line in measurement_lines(built):
+        console.print(escape(line), highlight=False)
     banner = calibration_banner(built)
     if banner:
         console.print(f"[bold red]{escape(banner)}[/]")

@@ -23,9 +23,11 @@ from flows.requests import EvaluateRequest, Runner, run_namer
 from registry import (
     NewEntry,
     Plan,
+    PlanDrift,
     Registry,
     Role,
     UsageError,
+    code_drift,
     ensure_signed,
     find_config,
     load_config,
@@ -131,6 +133,11 @@ def evaluate(request: EvaluateRequest) -> EvaluateSummary:
     sealed = len(refs) - len(pending) - refused
     retained = sum(1 for ref in pending if ref.attempt_id in states and states[ref.attempt_id].retained)
     fresh = len(pending) - retained
+    drift = code_drift(plan, {ref.candidate_id for ref in pending
+                              if ref.attempt_id not in states or not states[ref.attempt_id].retained})
+    if drift:
+        raise PlanDrift("candidate code changed since the plan was frozen (re-freeze the experiment to run it): "
+                        + "; ".join(drift))
     logger.info("%d attempts: %d sealed, %d refused by redaction, %d to grade from evidence, %d to run",
                 len(refs), sealed, refused, retained, fresh)
     progress = Progress("evaluate", plan.experiment, len(refs), sealed + refused)

@@ -69,6 +69,13 @@ class RejudgeRequest(Concurrent):
                               description="Judge every attempt with this judge; empty: each case's.")
 
 
+class ValidateRequest(Concurrent):
+    """Grade each case's gold patch K times and the empty patch once; record valid, flaky, broken or vacuous."""
+
+    repeat: int = Field(3, ge=1, le=100, title="Gold repeats",
+                        description="How many times each gold patch is graded (a flaky case passes some, not all).")
+
+
 class CalibrateRequest(BaseModel):
     """Grade an adjudicated calibration set with a profile's current bytes and decide its release gate."""
 

@@ -35,7 +35,7 @@ from registry._errors import (
     TribunalError,
     UsageError,
 )
-from registry._freeze import freeze_experiment
+from registry._freeze import code_drift, freeze_experiment
 from registry._judging import (
     BlindedCandidate,
     CandidateTruth,
@@ -53,7 +53,19 @@ from registry._judging import (
 )
 from registry._manifest import Head
 from registry._memory import release_free_memory, tune_allocators
-from registry._plan import AttemptRef, Plan, PlanCandidate, PlanCase, attempt_id, load_plan, plan_bytes
+from registry._plan import (
+    UNKNOWN,
+    AdmitRule,
+    AttemptRef,
+    Contamination,
+    Plan,
+    PlanCandidate,
+    PlanCase,
+    attempt_id,
+    expand_path,
+    load_plan,
+    plan_bytes,
+)
 from registry._records import (
     AttemptContract,
     AttemptSummary,
@@ -84,11 +96,14 @@ from registry._signing import (
     resolve_key_file,
     write_private_key,
 )
+from registry._validation import ControlGrading, ValidationRecord, ValidationStatus, case_status
 
 __all__ = [
     "CALIBRATION_EXPERIMENT",
     "KEY_ENV",
     "SIGNED_ROLES",
+    "UNKNOWN",
+    "AdmitRule",
     "AttemptContract",
     "AttemptRef",
     "AttemptSummary",
@@ -104,6 +119,8 @@ __all__ = [
     "CanonicalJsonError",
     "CommitOutcomeUnknown",
     "Config",
+    "Contamination",
+    "ControlGrading",
     "DoctorReport",
     "EvidenceDamaged",
     "EvidenceReceipt",
@@ -154,17 +171,22 @@ __all__ = [
     "TerminalEvidence",
     "TribunalError",
     "UsageError",
+    "ValidationRecord",
+    "ValidationStatus",
     "attempt_id",
     "blinded_candidate",
     "calibration_record",
     "candidate_truth",
     "canonical_json",
+    "case_status",
     "chain_findings",
     "check_named_objects",
     "check_registry",
+    "code_drift",
     "digest",
     "digest_json",
     "ensure_signed",
+    "expand_path",
     "find_config",
     "freeze_experiment",
     "is_digest",

@@ -22,14 +22,14 @@ from registry._errors import SpecError
 EXCLUDED_NAMES = frozenset({".git"})
 
 
-def _walk(root: Path) -> list[Path]:
-    """Return every path under ``root`` (not following links), sorted, without .git."""
+def _walk(root: Path, excluded: frozenset[str]) -> list[Path]:
+    """Return every path under ``root`` (not following links), sorted, without the ``excluded`` names."""
     found: list[Path] = []
     for directory, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(name for name in dirnames if name not in EXCLUDED_NAMES)
+        dirnames[:] = sorted(name for name in dirnames if name not in excluded)
         base = Path(directory)
         found.extend(base / name for name in dirnames)
-        found.extend(base / name for name in filenames if name not in EXCLUDED_NAMES)
+        found.extend(base / name for name in filenames if name not in excluded)
     return sorted(found, key=lambda path: path.relative_to(root).as_posix())
 
 
@@ -57,11 +57,11 @@ def _entry(root: Path, path: Path) -> tuple[tarfile.TarInfo, bytes | None]:
     raise SpecError(f"{path}: not a regular file, directory or symlink; cannot archive it")
 
 
-def archive_tree(root: Path) -> bytes:
-    """Return the deterministic tar bytes of the directory ``root``."""
+def archive_tree(root: Path, excluded: frozenset[str] = EXCLUDED_NAMES) -> bytes:
+    """Return the deterministic tar bytes of the directory ``root`` (names in ``excluded`` left out at any depth)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as archive:
-        for path in _walk(root):
+        for path in _walk(root, excluded):
             info, data = _entry(root, path)
             archive.addfile(info, io.BytesIO(data) if data is not None else None)
     return buffer.getvalue()

@@ -10,17 +10,35 @@ Those inputs must lie inside the experiment's folder once ``..`` and links
 are followed: a spec naming ``/etc`` or ``../../proc/self`` would copy host
 files into a store that others read. Reading from elsewhere is possible, but
 only as a deliberate choice (``allow_outside``, ``--allow-outside``).
+
+A candidate's code is pinned like a grader's (SPEC §14): the bytes of each
+declared ``read_only`` path are digested into the plan, and its revision is
+recorded as stated or as ``revision_command`` prints it. That command is the
+operator's own (``git describe``, say), run on the host like the freeze
+itself, with PATH alone in its environment and a time limit.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
-from registry._archive import archive_tree
+from registry._archive import EXCLUDED_NAMES, archive_tree
+from registry._canonical import digest
 from registry._entry import NewEntry
 from registry._errors import SpecError
 from registry._models import read_toml
-from registry._plan import PLAN_SCHEMA, ExperimentSpec, Plan, compute_plan_hash, load_spec, plan_bytes
+from registry._plan import (
+    PLAN_SCHEMA,
+    CandidateSpec,
+    ExperimentSpec,
+    Plan,
+    compute_plan_hash,
+    expand_path,
+    load_spec,
+    plan_bytes,
+)
 from registry._predictions import parse_predictions
 from registry._registry import Registry
 
@@ -50,6 +68,11 @@ def _inputs(spec_path: Path, spec: ExperimentSpec, allow_outside: bool) -> dict[
         if not prompt.is_file():
             raise SpecError(f"{spec_path}: case[{i}].prompt: file {case.prompt!r} not found")
         found[f"case[{i}].repo"], found[f"case[{i}].prompt"] = repo, prompt
+        if case.gold_patch is not None:
+            gold = _located(spec_path, f"case[{i}].gold_patch", case.gold_patch, allow_outside)
+            if not gold.is_file():
+                raise SpecError(f"{spec_path}: case[{i}].gold_patch: file {case.gold_patch!r} not found")
+            found[f"case[{i}].gold_patch"] = gold
     for i, candidate in enumerate(spec.candidate):
         if candidate.predictions is not None:
             predictions = _located(spec_path, f"candidate[{i}].predictions", candidate.predictions, allow_outside)
@@ -60,6 +83,71 @@ def _inputs(spec_path: Path, spec: ExperimentSpec, allow_outside: bool) -> dict[
             parse_predictions(predictions.read_bytes(), f"{spec_path}: candidate[{i}].predictions")
             found[f"candidate[{i}].predictions"] = predictions
     return found
+
+
+REVISION_TIMEOUT_S = 60
+
+
+def _revision(spec_path: Path, position: int, candidate: CandidateSpec) -> str | None:
+    """The stated revision, or what ``revision_command`` prints (stripped); a failing command stops the freeze."""
+    if candidate.revision_command is None:
+        return candidate.revision
+    where = f"{spec_path}: candidate[{position}].revision_command"
+    base = str(spec_path.resolve().parent)
+    argv = [part.replace("{experiment_dir}", base) for part in candidate.revision_command]
+    try:
+        done = subprocess.run(argv, cwd=base, capture_output=True, timeout=REVISION_TIMEOUT_S, check=False,
+                              env={"PATH": os.environ.get("PATH", "")})
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SpecError(f"{where}: could not run {argv[0]!r} ({error})") from None
+    text = done.stdout.decode("utf-8", errors="replace").strip()
+    if done.returncode != 0 or not text:
+        raise SpecError(f"{where}: exited {done.returncode} with {'no output' if not text else 'output ' + repr(text)}")
+    return text
+
+
+CODE_EXCLUDED = frozenset({*EXCLUDED_NAMES, "__pycache__"})
+"""Left out of a code digest: git metadata, and bytecode Python writes beside the code it runs (unsandboxed)."""
+
+
+def code_digest(path: Path) -> str | None:
+    """The digest of a file's bytes, or of a folder's deterministic archive; None when the path is gone."""
+    if path.is_dir():
+        return digest(archive_tree(path, CODE_EXCLUDED))
+    if path.is_file():
+        return digest(path.read_bytes())
+    return None
+
+
+def _read_only_digests(spec_path: Path, position: int, candidate: CandidateSpec) -> dict[str, str] | None:
+    """Each declared ``read_only`` path's code digest; None for a candidate that declares none."""
+    if candidate.kind != "command" or not candidate.read_only:
+        return None
+    base = str(spec_path.resolve().parent)
+    pinned = {}
+    for n, declared in enumerate(candidate.read_only):
+        path = Path(expand_path(declared, base))
+        found = code_digest(path)
+        if found is None:
+            raise SpecError(f"{spec_path}: candidate[{position}].read_only[{n}]: {declared!r} not found ({path})")
+        pinned[declared] = found
+    return pinned
+
+
+def code_drift(plan: Plan, candidates: set[str]) -> list[str]:
+    """Each pinned ``read_only`` path of ``candidates`` whose bytes are no longer the ones the plan froze.
+
+    A run checks this before it starts candidates, as a grader's bytes are
+    checked against their pin before it grades: the argv alone does not say
+    which agent ran.
+    """
+    drift = []
+    for candidate in (c for c in plan.candidates if c.id in candidates):
+        for declared, pinned in sorted((candidate.read_only_digests or {}).items()):
+            now = code_digest(Path(expand_path(declared, plan.experiment_dir)))
+            if now != pinned:
+                drift.append(f"{candidate.id}: {declared} was {pinned} at freeze, is {now or 'missing'} now")
+    return drift
 
 
 def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: bool = False) -> tuple[Plan, bytes]:
@@ -76,6 +164,9 @@ def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: boo
             "prompt_hash": registry.put(paths[f"case[{i}].prompt"].read_bytes()),
             "grader_profile": case.grader_profile,
             "judge": case.judge,
+            "gold_patch_digest": (registry.put(paths[f"case[{i}].gold_patch"].read_bytes())
+                                  if case.gold_patch is not None else None),
+            "contamination": case.contamination,
         }
         for i, case in enumerate(spec.case)
     ]
@@ -93,6 +184,9 @@ def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: boo
             "model": candidate.model,
             "network": candidate.network,
             "read_only": candidate.read_only,
+            "revision": _revision(spec_path, i, candidate),
+            "revision_command": candidate.revision_command,
+            "read_only_digests": _read_only_digests(spec_path, i, candidate),
         }
         for i, candidate in enumerate(spec.candidate)
     ]
@@ -101,6 +195,7 @@ def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: boo
         "experiment": spec.experiment,
         "experiment_dir": str(spec_path.resolve().parent),
         "attempts": spec.attempts,
+        "admit": spec.admit,
         "cases": cases,
         "candidates": candidates,
     }

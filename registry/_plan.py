@@ -9,19 +9,42 @@ re-derives it from the file's bytes and refuses a plan that drifted.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field, StringConstraints, model_serializer, model_validator
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
 from registry._canonical import canonical_json, digest_json
 from registry._errors import PlanDrift, SpecError
-from registry._models import Digest, Name, Strict, validate_as
+from registry._models import Digest, Name, OmitNone, Strict, validate_as
 from registry._sandbox import Network
 
 PLAN_SCHEMA: Final = "tribunal.plan.v1"
+UNKNOWN: Final = "unknown"
+"""What an absent coordinate, contamination field or revision is printed as (SPEC §14): never left out."""
+
+AdmitRule = Literal["all", "cleared", "validated", "cleared+validated"]
+"""Which cases a report counts (SPEC §14), declared in the plan before any outcome exists."""
+
+Text = Annotated[str, StringConstraints(min_length=1)]
+"""A non-empty string."""
+
+
+class Contamination(Strict):
+    """``[case.contamination]`` (seed 004, contamination record): every field absent is an explicit ``unknown``.
+
+    Only ``decision`` is read by an admission rule (``cleared`` admits ``admit``);
+    the rest is provenance a reader weighs for themselves.
+    """
+
+    source: Text = UNKNOWN
+    split: Text = UNKNOWN
+    exposure: Text = UNKNOWN
+    overlap: Text = UNKNOWN
+    decision: Literal["admit", "reject", "unknown"] = UNKNOWN
 
 
 class CaseSpec(Strict):
@@ -32,6 +55,9 @@ class CaseSpec(Strict):
     prompt: str
     grader_profile: str = Field(min_length=1)
     judge: str | None = None
+    gold_patch: str | None = None
+    """A reference fix (unified diff) that ``tribunal validate`` grades against the case (SPEC §14)."""
+    contamination: Contamination | None = None
 
 
 class CandidateSpec(Strict):
@@ -45,9 +71,15 @@ class CandidateSpec(Strict):
     model: str = Field(min_length=1)
     network: Network = "none"
     read_only: list[str] = []
+    revision: Text | None = None
+    """The artifact's revision as the operator states it (a tag, a commit)."""
+    revision_command: list[Text] | None = Field(None, min_length=1)
+    """Or: an argv run at freeze (in the experiment's folder) whose output is the revision."""
 
     @model_validator(mode="after")
     def _kind_fields(self) -> CandidateSpec:
+        if self.revision is not None and self.revision_command is not None:
+            raise ValueError("give revision or revision_command, not both")
         if self.kind == "command" and not self.command:
             raise ValueError("a 'command' candidate needs a non-empty command (argv list)")
         if self.kind == "command" and self.predictions is not None:
@@ -64,18 +96,29 @@ class ExperimentSpec(Strict):
 
     experiment: Name
     attempts: int = Field(default=1, ge=1)
+    admit: AdmitRule = "all"
     case: list[CaseSpec] = Field(min_length=1)
     candidate: list[CandidateSpec] = Field(min_length=1)
 
 
-class PlanCase(Strict):
-    """A case pinned by the digests of its repository snapshot and prompt."""
+class PlanCase(OmitNone):
+    """A case pinned by the digests of its repository snapshot and prompt (and gold patch, when declared)."""
+
+    OMIT_WHEN_NONE = ("gold_patch_digest", "contamination")
 
     id: Name
     snapshot_digest: Digest
     prompt_hash: Digest
     grader_profile: str
     judge: str | None = None
+    gold_patch_digest: Digest | None = None
+    contamination: Contamination | None = None
+    """Absent when the spec declares none: every field is then ``unknown``."""
+
+    @property
+    def ledger(self) -> Contamination:
+        """The contamination record, with every undeclared field ``unknown``."""
+        return self.contamination or Contamination()
 
 
 class PlanCandidate(Strict):
@@ -91,15 +134,23 @@ class PlanCandidate(Strict):
     """``host`` lets the candidate reach the network (an agent calling a model API); default none (SPEC §11)."""
     read_only: list[str] = []
     """Host paths the candidate sees read-only (its own code); ``{experiment_dir}`` expands as in ``command``."""
+    revision: str | None = None
+    """The artifact revision (stated, or printed by ``revision_command`` at freeze); absent: ``unknown``."""
+    revision_command: list[str] | None = None
+    read_only_digests: dict[str, Digest] | None = None
+    """Each declared ``read_only`` path -> digest of its bytes (a folder: of its deterministic archive) at freeze."""
 
     @model_serializer(mode="wrap")
     def _defaults_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        """Plans frozen before containment hash as they did: the defaults are left out of the canonical form."""
+        """Plans frozen before containment or pinning hash as they did: defaults are left out of the canonical form."""
         data: dict[str, object] = handler(self)
         if data.get("network") == "none":
             del data["network"]
         if data.get("read_only") == []:
             del data["read_only"]
+        for name in ("revision", "revision_command", "read_only_digests"):
+            if data.get(name) is None:
+                data.pop(name, None)
         return data
 
 
@@ -119,9 +170,18 @@ class Plan(Strict):
     experiment: Name
     experiment_dir: str
     attempts: int = Field(ge=1)
+    admit: AdmitRule = "all"
+    """Left out of the canonical form when ``all``, so plans frozen before admission rules keep their hash."""
     cases: list[PlanCase]
     candidates: list[PlanCandidate]
     plan_hash: Digest
+
+    @model_serializer(mode="wrap")
+    def _default_rule_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        data: dict[str, object] = handler(self)
+        if data.get("admit") == "all":
+            del data["admit"]
+        return data
 
     def attempt_refs(self) -> Iterator[AttemptRef]:
         """Yield every attempt in plan order: case, then candidate, then index."""
@@ -139,6 +199,12 @@ class Plan(Strict):
 def attempt_id(plan_hash: str, case_id: str, candidate_id: str, index: int) -> str:
     """Return hash(plan_hash, case, candidate, index): stable across reruns of a plan."""
     return digest_json([plan_hash, case_id, candidate_id, index])
+
+
+def expand_path(path: str, experiment_dir: str) -> str:
+    """A plan path with ``{experiment_dir}`` expanded, relative ones taken from the experiment's folder."""
+    expanded = path.replace("{experiment_dir}", experiment_dir)
+    return os.path.normpath(os.path.join(experiment_dir, expanded))
 
 
 def compute_plan_hash(body: dict[str, object]) -> str:

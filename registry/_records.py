@@ -41,6 +41,7 @@ class Role(StrEnum):
     CALIBRATION_RECORD = "calibration-record"
     AUDIT_RECORD = "audit-record"
     PUBLICATION = "publication"
+    VALIDATION_RECORD = "validation-record"
 
 
 class GraderResult(OmitNone):
@@ -223,7 +224,7 @@ class JudgementLine(Strict):
 class AttemptSummary(OmitNone):
     """One attempt's line in the experiment record."""
 
-    OMIT_WHEN_NONE = ("isolated", "grader_sha256")
+    OMIT_WHEN_NONE = ("isolated", "grader_sha256", "candidate_sandbox", "grader_sandbox")
 
     attempt_id: Digest
     case_id: str
@@ -244,6 +245,10 @@ class AttemptSummary(OmitNone):
     """Whether the candidate and the grader both ran sandboxed (SPEC §11); absent in records made before."""
     grader_sha256: str | None = None
     """The grader bytes behind this verdict (from its receipt), which calibration records must bind."""
+    candidate_sandbox: Digest | None = None
+    """The sandbox profile the candidate ran in (a report's inference protocol); absent in records made before."""
+    grader_sandbox: Digest | None = None
+    """The sandbox profile the grader ran in (a report's evaluation law); absent in records made before."""
 
 
 class ExperimentRecord(Strict):

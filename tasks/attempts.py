@@ -31,12 +31,15 @@ from registry import (
     NewEntry,
     ObjectMissing,
     Plan,
+    PlanCase,
     RedactionRefusal,
     RefusalReason,
     Registry,
     Role,
     SandboxProfile,
     TribunalError,
+    digest,
+    digest_json,
 )
 from tasks.execution.candidate import execute_candidate
 from tasks.execution.workbench import Workbench
@@ -86,6 +89,22 @@ def grader_input_for(retained: RetainedAttempt, secret: bytes) -> GraderInput:
         patch_digest=result.patch_digest,
         terminal_evidence_digest=result.terminal_evidence_digest,
         patch=retained.patch.decode("utf-8", errors="replace"),
+    )
+
+
+def case_grader_input(case: PlanCase, profile: str, secret: bytes, attempt_id: str, patch: bytes,
+                      evidence_tag: str) -> GraderInput:
+    """The grader input for a patch written outside any run (a calibration item, a validation control).
+
+    The grader sees the case's frozen snapshot and prompt hash and the patch, as
+    for a candidate's; its scoring id is keyed from ``attempt_id`` as a run's is,
+    and the terminal evidence it is told of is a tag, since nothing ran.
+    """
+    return GraderInput(
+        contract=BlindedContract(case_id=case.id, snapshot_digest=case.snapshot_digest, prompt_hash=case.prompt_hash,
+                                 scoring_id=scoring_id(secret, attempt_id)),
+        grader_profile=profile, candidate_succeeded=True, patch_digest=digest(patch),
+        terminal_evidence_digest=digest_json([evidence_tag, attempt_id]), patch=patch.decode("utf-8", errors="replace"),
     )
 
 
@@ -313,4 +332,5 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
                                       graders_passed=result.passed,
                                       judges_passed=all(j.passed for j in judgements[-1:])),
         isolated=ran_isolated(registry, state, candidate, receipt), grader_sha256=receipt.grader_sha256,
+        candidate_sandbox=candidate.sandbox_profile, grader_sandbox=receipt.sandbox_profile,
     )

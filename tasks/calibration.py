@@ -21,7 +21,6 @@ from typing import Literal
 
 from registry import (
     CALIBRATION_EXPERIMENT,
-    BlindedContract,
     CalibrationItem,
     CalibrationRecord,
     CalibrationSet,
@@ -43,7 +42,7 @@ from registry import (
     judge_policy,
     policy_hash,
 )
-from tasks.attempts import attempt_states, grader_input_for, scoring_id
+from tasks.attempts import attempt_states, case_grader_input, grader_input_for
 from tasks.execution.workbench import Workbench
 from tasks.grading import grade
 from tasks.judges import dispatch
@@ -98,14 +97,9 @@ def subjects(registry: Registry, calibration_set: CalibrationSet, plan: Plan | N
                      else f"plan {plan.experiment} has no such case")
             raise UsageError(f"calibration item {item.item_id}: case {item.case!r} unknown ({where})")
         patch = (item.patch or "").encode()
-        attempt_id = item_attempt_id(calibration_set.set_digest, item.item_id)
-        grader_input = GraderInput(
-            contract=BlindedContract(case_id=case.id, snapshot_digest=case.snapshot_digest,
-                                     prompt_hash=case.prompt_hash,
-                                     scoring_id=scoring_id(registry.scoring_secret(), attempt_id)),
-            grader_profile=profile, candidate_succeeded=True, patch_digest=digest(patch),
-            terminal_evidence_digest=digest_json(["calibration-item", attempt_id]), patch=patch.decode(),
-        )
+        grader_input = case_grader_input(case, profile, registry.scoring_secret(),
+                                         item_attempt_id(calibration_set.set_digest, item.item_id), patch,
+                                         "calibration-item")
         made.append(Subject(item, grader_input, partial(registry.get, case.snapshot_digest), patch))
     return made
 

@@ -20,9 +20,11 @@ from registry import (
     AttemptSummary,
     ExperimentRecord,
     NewEntry,
+    ObjectMissing,
     Plan,
     Registry,
     Role,
+    SandboxProfile,
     TribunalError,
     canonical_json,
     digest_json,
@@ -33,7 +35,12 @@ from tasks.attempts import attempt_states, refused_attempts, summarize, unmeasur
 from tasks.denominators import tally
 from tasks.execution.process import utc_timestamp
 from tasks.gates import calibration_status, judge_key
+from tasks.measurement.admission import admitted_cases, needs_validation, sibling_rules, slice_law
+from tasks.measurement.coordinates import claim_coordinates
+from tasks.measurement.intervals import bootstrap_protocol, rate_uncertainty
+from tasks.measurement.paired import pair_reports
 from tasks.taxonomy import count_primary
+from tasks.validation import validation_standing
 from tasks.verdict import REDACTION_REFUSED
 
 LAYER = "normalized-result.v1"
@@ -120,20 +127,57 @@ def _attempt_line(ref: AttemptRef, summary: AttemptSummary, cohort: str) -> dict
     }
 
 
+def admitted_slice(registry: Registry, plan: Plan) -> dict[str, Any]:
+    """The plan's slice law (SPEC §14), naming other plans of the same experiment frozen under another rule."""
+    law = slice_law(plan, validation_standing(registry, plan) if needs_validation(plan) else {})
+    others = [registry.load(entry.digest, Plan)
+              for entry in registry.entries(experiment_id=plan.experiment, role=Role.PLAN.value)]
+    return {**law, "siblings": sibling_rules(plan, [other for other in others if other.plan_hash != plan.plan_hash])}
+
+
+def with_uncertainty(tallies: dict[str, dict[str, Any]], attempts: list[dict[str, Any]], admitted: list[str],
+                     per_case: int) -> dict[str, dict[str, Any]]:
+    """Each candidate's tally with its interval (and pass@k, pass^k), from resolved attempts per admitted case."""
+    resolved: Counter[tuple[str, str]] = Counter((a["candidate_id"], a["case_id"]) for a in attempts if a["resolved"])
+    return {name: {**entry, **rate_uncertainty([resolved[(name, case)] for case in admitted], per_case)}
+            for name, entry in tallies.items()}
+
+
+def sandbox_profiles(registry: Registry, summaries: list[AttemptSummary]) -> dict[str, SandboxProfile]:
+    """The distinct sandbox profiles the verdicts name (a handful, however many attempts).
+
+    A profile missing from the store is doctor's finding to report; here it is
+    only left out, and the coordinates name it by digest alone.
+    """
+    named = {found for s in summaries for found in (s.candidate_sandbox, s.grader_sandbox) if found}
+    profiles = {}
+    for found in sorted(named):
+        try:
+            profiles[found] = registry.load(found, SandboxProfile)
+        except ObjectMissing:
+            continue
+    return profiles
+
+
 def build_report(registry: Registry, plan: Plan, grader_version: str | None = None,
                  summaries: dict[str, AttemptSummary] | None = None, history: bool = False) -> dict[str, Any]:
     """Compute, store and return the report of the plan's current verdicts (or one grader version's).
 
-    Every planned attempt is in every denominator (``tasks/denominators.py``);
-    the ones without a sealed verdict are listed under ``unmeasured`` with the
-    reason. ``summaries`` saves re-reading the verdicts a flow has just sealed
-    into its record; ``history`` adds every generation of every attempt.
+    Every planned attempt of an admitted case is in every denominator
+    (``tasks/denominators.py``); the ones without a sealed verdict are listed
+    under ``unmeasured`` with the reason. Cases the plan's admission rule
+    excludes are left out and named in ``slice`` (SPEC §14). ``summaries``
+    saves re-reading the verdicts a flow has just sealed into its record;
+    ``history`` adds every generation of every attempt.
     """
     layer = LAYER if grader_version is None else f"{LAYER}@grader-version:{grader_version}"
     if summaries is None:
         summaries = current_summaries(registry, plan, grader_version)
-    cohorts_of = {case.id: cohort_key(case.id, case.snapshot_digest, case.prompt_hash, layer) for case in plan.cases}
-    refs = list(plan.attempt_refs())
+    law = admitted_slice(registry, plan)
+    admitted = admitted_cases(plan, law)
+    cohorts_of = {case.id: cohort_key(case.id, case.snapshot_digest, case.prompt_hash, layer)
+                  for case in plan.cases if case.id in admitted}
+    refs = [ref for ref in plan.attempt_refs() if ref.case_id in admitted]
     refused = refused_attempts(registry, plan)
     attempts = [_attempt_line(ref, summaries[ref.attempt_id], cohorts_of[ref.case_id]) if ref.attempt_id in summaries
                 else _refused_line(ref, refused[ref.attempt_id], cohorts_of[ref.case_id])
@@ -143,14 +187,18 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
         grader_version)
     by_case = tally(Counter(ref.case_id for ref in refs), attempts, "case_id")
     cohorts = [{"case_id": case_id, "cohort_key": cohorts_of[case_id], **by_case[case_id]} for case_id in cohorts_of]
-    by_candidate = tally(Counter(ref.candidate_id for ref in refs), attempts, "candidate_id")
+    planned = Counter({candidate.id: 0 for candidate in plan.candidates})  # a slice may admit no case at all
+    planned.update(ref.candidate_id for ref in refs)
+    by_candidate = with_uncertainty(tally(planned, attempts, "candidate_id"), attempts, list(cohorts_of),
+                                    plan.attempts)
+    measured = [summaries[a["attempt_id"]] for a in attempts if a["attempt_id"] in summaries]
     graders = sorted({f"{a['grader_id']}@{a['grader_version']}" for a in attempts
                       if a["terminal_class"] != REDACTION_REFUSED})
     policies: dict[str, set[str]] = defaultdict(set)
     for a in attempts:
         if "judge" in a:
             policies[a["candidate_id"]].add(a["judge"]["judge_policy_hash"])
-    shas = {f"{s.grader_id}@{s.grader_version}": s.grader_sha256 for s in summaries.values()}
+    shas = {f"{s.grader_id}@{s.grader_version}": s.grader_sha256 for s in measured}
     calibration = calibration_status(registry, graders, sorted(set().union(*policies.values())), shas)
     for name, entry in by_candidate.items():
         behind = [*entry["graders"], *map(judge_key, policies.get(name, ()))]
@@ -162,7 +210,9 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
         "graders": graders, "calibration": calibration,
         "release_grade": bool(graders) and all(entry["status"] == "passed" for entry in calibration.values()),
         "candidates": [{"candidate_id": c.id, **by_candidate[c.id]} for c in plan.candidates],
-        "attempts": attempts, "unmeasured": unmeasured, "cohorts": cohorts,
+        "attempts": attempts, "unmeasured": unmeasured, "cohorts": cohorts, "slice": law,
+        "coordinates": claim_coordinates(plan, law, layer, measured, sandbox_profiles(registry, measured)),
+        **({"bootstrap": bootstrap_protocol()} if plan.attempts > 1 else {}),
         **({"history": attempt_history(registry, plan)} if history else {}),
         "summary": {"candidates": {c.id: by_candidate[c.id] for c in plan.candidates},
                     "planned": len(refs), "attempts": len(attempts), "resolved": sum(a["resolved"] for a in attempts),
@@ -215,19 +265,24 @@ def attempt_history(registry: Registry, plan: Plan) -> list[dict[str, Any]]:
     return lines
 
 
-def rates_by_grader_version(registry: Registry, plan: Plan) -> dict[str, dict[str, float]]:
-    """Pass rate per candidate under each grader version that graded the experiment (for charts)."""
+def rates_by_grader_version(registry: Registry, plan: Plan) -> dict[str, dict[str, dict[str, Any]]]:
+    """Pass rate and interval per candidate under each grader version that graded the admitted slice (for charts)."""
     versions = sorted({e.grader_version
                        for e in registry.entries(experiment_id=plan.experiment, role=Role.GRADER_RECEIPT)
                        if e.grader_version is not None})
-    series: dict[str, dict[str, float]] = defaultdict(dict)
-    planned = Counter(ref.candidate_id for ref in plan.attempt_refs())
+    admitted = admitted_cases(plan, admitted_slice(registry, plan))
+    cases = [case.id for case in plan.cases if case.id in admitted]
+    series: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    planned = Counter({candidate.id: 0 for candidate in plan.candidates})
+    planned.update(ref.candidate_id for ref in plan.attempt_refs() if ref.case_id in admitted)
     for version in versions:
         summaries = [{**s.model_dump(), "isolated": bool(s.isolated)}
-                     for s in current_summaries(registry, plan, version).values()]
-        for candidate, entry in tally(planned, summaries, "candidate_id").items():
+                     for s in current_summaries(registry, plan, version).values() if s.case_id in admitted]
+        for candidate, entry in with_uncertainty(tally(planned, summaries, "candidate_id"), summaries, cases,
+                                                 plan.attempts).items():
             if entry["graders"]:
-                series[candidate][" + ".join(entry["graders"])] = entry["pass_rate"]
+                series[candidate][" + ".join(entry["graders"])] = {"rate": entry["pass_rate"],
+                                                                   "interval": entry["interval"]}
     return dict(series)
 
 
@@ -240,7 +295,12 @@ def load_report(registry: Registry, report_digest: str) -> dict[str, Any]:
 
 
 def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Verdict flips between two reports and the pass-rate change per candidate."""
+    """Verdict flips between two reports, the pass-rate change per candidate, and paired statistics over the flips.
+
+    The paired statistics (a = before, b = after) are over the attempts both
+    reports hold; two reports of different plans (another admission rule)
+    answer different questions, and ``slice`` says so.
+    """
     old = {a["attempt_id"]: a for a in before["attempts"]}
     flips = [
         {"attempt_id": a["attempt_id"], "case_id": a["case_id"], "candidate_id": a["candidate_id"], "index": a["index"],
@@ -259,4 +319,7 @@ def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, 
                        "graders_before": (was or {}).get("graders", []),
                        "graders_after": (now or {}).get("graders", [])}
     return {"before": before["report_digest"], "after": after["report_digest"], "flips": flips, "pass_rates": rates,
-            "calibration": {"before": before.get("calibration", {}), "after": after.get("calibration", {})}}
+            "calibration": {"before": before.get("calibration", {}), "after": after.get("calibration", {})},
+            "paired": pair_reports(before, after),
+            "slice": {"before": before.get("slice"), "after": after.get("slice"),
+                      "same_plan": before["plan_hash"] == after["plan_hash"]}}

@@ -11,6 +11,9 @@ import html
 from collections import defaultdict
 from typing import Any
 
+from tasks.measurement.admission import describe_slice
+from tasks.measurement.coordinates import describe_coordinates
+
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
@@ -29,6 +32,34 @@ def candidate_rate(tally: dict[str, Any]) -> str:
     and when any attempt behind it ran unsandboxed."""
     return (_rate(tally["pass_rate"]) + ("" if tally.get("calibrated", True) else UNCALIBRATED)
             + (UNISOLATED if tally.get("unisolated") else ""))
+
+
+def interval_text(tally: dict[str, Any]) -> str:
+    """A candidate's 95% interval, e.g. ``[38.7%, 78.1%]``; ``-`` when undefined (how: ``measurement_lines``)."""
+    interval = tally.get("interval")
+    return "-" if interval is None else f"[{_rate(interval[0])}, {_rate(interval[1])}]"
+
+
+def pass_k_text(tally: dict[str, Any]) -> str:
+    """pass@k and pass^k of a candidate (several attempts per case), or ``-``."""
+    if "pass_at_k" not in tally:
+        return "-"
+    return ", ".join([f"pass@{k} {_rate(v)}" for k, v in tally["pass_at_k"].items()]
+                     + [f"pass^{k} {_rate(v)}" for k, v in tally["pass_hat_k"].items()])
+
+
+def measurement_lines(report: dict[str, Any]) -> list[str]:
+    """The slice law, the bootstrap protocol (if any) and the claim coordinates, one line each (SPEC §14)."""
+    lines = [describe_slice(report["slice"])] if "slice" in report else []
+    if "bootstrap" in report:
+        boot = report["bootstrap"]
+        lines.append(f"intervals: 95% cluster bootstrap over cases ({boot['method']}, {boot['resamples']} "
+                     f"resamples, seed {boot['seed']})")
+    elif "slice" in report:
+        lines.append("intervals: 95% Wilson score (one attempt per case)")
+    if "coordinates" in report:
+        lines += [f"claim coordinate {line}" for line in describe_coordinates(report["coordinates"])]
+    return lines
 
 
 def calibration_banner(report: dict[str, Any]) -> str | None:
@@ -54,10 +85,12 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines = [f"# {report['experiment']} — {report['layer']}", "", *([f"> **{banner}**", ""] if banner else []),
              f"Generated {report.get('generated_at', 'unknown')}; pass rate = resolved / planned.", "",
              f"Graders: {', '.join(report['graders']) or 'none'}", "",
-             "| candidate | planned | resolved | unmeasured | pass rate | graders |", "|---|---|---|---|---|---|"]
+             "| candidate | planned | resolved | unmeasured | pass rate | 95% interval | pass@k | graders |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, tally in report["summary"]["candidates"].items():
         lines.append(f"| {name} | {tally['planned']} | {tally['resolved']} | {tally['unmeasured']} | "
-                     f"{candidate_rate(tally)} | {', '.join(tally['graders'])} |")
+                     f"{candidate_rate(tally)} | {interval_text(tally)} | {pass_k_text(tally)} | "
+                     f"{', '.join(tally['graders'])} |")
     lines += ["", "| case | cohort key | planned | resolved | unmeasured | pass rate |", "|---|---|---|---|---|---|"]
     lines += [f"| {c['case_id']} | `{c['cohort_key'][:19]}…` | {c['planned']} | {c['resolved']} | {c['unmeasured']} "
               f"| {_rate(c['pass_rate'])} |"
@@ -72,29 +105,37 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += [f"| {line['case_id']} | {line['candidate_id']} | {line['index']} | {gen['generation']} | "
                   f"{gen['grader_id']}@{gen['grader_version']} | {gen['terminal_class']} |"
                   for line in report["history"] for gen in line["generations"]]
-    lines += ["", taxonomy_line(report), "",
+    lines += ["", taxonomy_line(report), "", *(f"- {line}" for line in measurement_lines(report)), "",
               f"Report `{report['report_digest']}` at manifest head `{report['manifest_head']}`, signed by "
               f"`{report.get('signing_key', 'unsigned')}`."]
     return "\n".join(lines) + "\n"
 
 
-def _chart(series: dict[str, dict[str, float]]) -> str:
-    """Inline SVG bars: one group per candidate, one bar per grader version."""
+def _chart(series: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Inline SVG bars: one group per candidate, one bar per grader version, a 95% error bar on each."""
     versions = sorted({version for rates in series.values() for version in rates})
     palette = ["#3b6ea5", "#d08c2f", "#4f9a5b", "#a04f8f", "#7a7a7a"]
     bar, gap, height = 22, 26, 160
     width = max(320, len(series) * (len(versions) * bar + gap) + 60)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 70}" role="img" '
-             'aria-label="pass rate per candidate per grader version">',
+             'aria-label="pass rate per candidate per grader version, with 95% intervals">',
              f'<line x1="40" y1="{height + 10}" x2="{width}" y2="{height + 10}" stroke="#444"/>']
     x = 50
     for candidate, rates in series.items():
         for n, version in enumerate(versions):
             if version in rates:
-                h = rates[version] * height
+                rate, interval = rates[version]["rate"] or 0.0, rates[version]["interval"]
+                h = rate * height
+                shown = f"{100 * rate:.1f}%" + (f" [{100 * interval[0]:.1f}%, {100 * interval[1]:.1f}%]"
+                                                if interval else "")
                 parts.append(f'<rect x="{x + n * bar}" y="{height + 10 - h:.1f}" width="{bar - 4}" height="{h:.1f}" '
                              f'fill="{palette[n % len(palette)]}"><title>{html.escape(candidate)} '
-                             f'{html.escape(version)}: {100 * rates[version]:.1f}%</title></rect>')
+                             f'{html.escape(version)}: {shown}</title></rect>')
+                if interval:
+                    middle, low, high = x + n * bar + (bar - 4) / 2, interval[0] * height, interval[1] * height
+                    parts.append(f'<path class="error-bar" d="M{middle - 4:.1f} {height + 10 - high:.1f}h8'
+                                 f'M{middle:.1f} {height + 10 - high:.1f}V{height + 10 - low:.1f}'
+                                 f'M{middle - 4:.1f} {height + 10 - low:.1f}h8" stroke="#111" fill="none"/>')
         parts.append(f'<text x="{x}" y="{height + 28}" font-size="11">{html.escape(candidate)}</text>')
         x += len(versions) * bar + gap
     for n, version in enumerate(versions):
@@ -104,7 +145,7 @@ def _chart(series: dict[str, dict[str, float]]) -> str:
     return "".join(parts) + "</svg>"
 
 
-def to_html(report: dict[str, Any], rates_by_version: dict[str, dict[str, float]]) -> str:
+def to_html(report: dict[str, Any], rates_by_version: dict[str, dict[str, dict[str, Any]]]) -> str:
     """A self-contained HTML page (no external URLs) with the chart and the tables."""
     rows = "".join(
         f"<tr><td>{html.escape(a['case_id'])}</td><td>{html.escape(a['candidate_id'])}</td><td>{a['index']}</td>"
@@ -119,9 +160,11 @@ def to_html(report: dict[str, Any], rates_by_version: dict[str, dict[str, float]
     )
     rates = "".join(
         f"<tr><td>{html.escape(name)}</td><td>{t['planned']}</td><td>{t['resolved']}</td><td>{t['unmeasured']}</td>"
-        f"<td>{candidate_rate(t)}</td><td>{html.escape(', '.join(t['graders']))}</td></tr>"
+        f"<td>{candidate_rate(t)}</td><td>{interval_text(t)}</td><td>{pass_k_text(t)}</td>"
+        f"<td>{html.escape(', '.join(t['graders']))}</td></tr>"
         for name, t in report["summary"]["candidates"].items()
     )
+    measurement = "".join(f"<li>{html.escape(line)}</li>" for line in measurement_lines(report))
     banner = calibration_banner(report)
     banner_html = f"<p class='no'><strong>{html.escape(banner)}</strong></p>" if banner else ""
     return (
@@ -133,7 +176,8 @@ def to_html(report: dict[str, Any], rates_by_version: dict[str, dict[str, float]
         f"{html.escape(', '.join(report['graders']))}</p>"
         f"<h2>Pass rate per candidate per grader version</h2>{_chart(rates_by_version)}"
         "<h2>Candidates (pass rate = resolved / planned)</h2><table><tr><th>candidate</th><th>planned</th>"
-        f"<th>resolved</th><th>unmeasured</th><th>pass rate</th><th>graders</th></tr>{rates}</table>"
+        "<th>resolved</th><th>unmeasured</th><th>pass rate</th><th>95% interval</th><th>pass@k</th>"
+        f"<th>graders</th></tr>{rates}</table><h2>Slice law and claim coordinates</h2><ul>{measurement}</ul>"
         "<h2>Attempts</h2><table><tr><th>case</th><th>candidate</th><th>#</th><th>verdict</th><th>grader</th>"
         f"<th>generation</th></tr>{rows}</table><p>{html.escape(taxonomy_line(report))}</p>"
         f"<p>Report <code>{report['report_digest']}</code> at manifest head <code>{report['manifest_head']}</code>, "

@@ -27,6 +27,7 @@ from registry import (
     PlanCandidate,
     Registry,
     TerminalEvidence,
+    expand_path,
     strict_json_loads,
 )
 from registry._predictions import parse_predictions
@@ -142,7 +143,7 @@ def _terminal(contract: AttemptContract, outcome: ProcessOutcome, observed: Obse
 
 def candidate_sandbox(config: Config, plan: Plan, candidate: PlanCandidate) -> Sandbox:
     """The walls of one candidate: the plan's network and read-only paths, the config's extra paths."""
-    own = tuple(_expand(path, plan.experiment_dir) for path in candidate.read_only)
+    own = tuple(expand_path(path, plan.experiment_dir) for path in candidate.read_only)
     exposure = Exposure(
         read_only=own + tuple(config.sandbox.read_only), read_write=tuple(config.sandbox.read_write),
         network=candidate.network,
@@ -150,11 +151,6 @@ def candidate_sandbox(config: Config, plan: Plan, candidate: PlanCandidate) -> S
     )
     names = ["PATH", "HOME", "TRIBUNAL_PROMPT_FILE", "TRIBUNAL_REPORT_FILE", "TRIBUNAL_ATTEMPT_ID"]
     return Sandbox(config.sandbox, "candidate", exposure, tuple(names + _passed(config)))
-
-
-def _expand(path: str, experiment_dir: str) -> str:
-    expanded = path.replace("{experiment_dir}", experiment_dir)
-    return os.path.normpath(os.path.join(experiment_dir, expanded))
 
 
 def _passed(config: Config) -> list[str]:

@@ -236,14 +236,15 @@ def test_hostile_candidates_and_grader_gain_nothing(tmp_path: Path, cli_env: dic
 def test_kill_9_of_a_run_leaves_no_workspace_behind(tmp_path: Path, cli_env: dict[str, str]) -> None:
     """Attack: SIGKILL tribunal mid-attempt; the unredacted workspace and the sandbox must not survive the rerun."""
     spec = copy_demo(tmp_path / "exp")
-    flags = spec.parent / "agents" / "flags"
+    flags = tmp_path / "flags"  # outside the agent's pinned code: removing the flag is not a code change
     flags.mkdir()
     (flags / "slow").write_text("")
+    config = spec.parent / "tribunal.toml"
+    config.write_text(config.read_text() + f'\n[sandbox]\nread_only = ["{flags}"]\n')
     _agent(spec.parent / "agents", "slow", "import os, sys, time\nsys.stdin.read()\nopen('unredacted.txt', 'w')"
            ".write('secret work')\nif os.path.exists(FLAG):\n    time.sleep(120)\n", FLAG=str(flags / "slow"))
     spec.write_text(CASES + _candidate("slow"))
     plan, registry_url = tmp_path / "plan.json", str(tmp_path / "reg")
-    config = spec.parent / "tribunal.toml"
     frozen = tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry_url, env=cli_env)
     assert frozen.returncode == 0, frozen.stderr
     before = set(scratch_root().iterdir())

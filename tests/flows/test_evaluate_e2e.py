@@ -58,6 +58,10 @@ def test_demo_end_to_end_then_resume(tmp_path: Path, cli_env: dict[str, str]) ->
                                         "resolved", "grader_id", "grader_version", "generation"}
     assert body["summary"]["candidates"]["agent-fixer"]["pass_rate"] == 1.0
     assert body["summary"]["candidates"]["swe-preds"]["pass_rate"] == 0.5
+    assert body["candidates"][4]["interval"] == [0.0945, 0.9055]  # Wilson, 1 of 2 (tasks/test_measurement.py)
+    table = tribunal("report", "--plan", str(plan), "--registry", registry, env={**cli_env, "COLUMNS": "200"}).stdout
+    assert "[9.4%, 90.5%]" in table and "slice law: admit = 'all', 2/2 cases admitted; excluded: none" in table
+    assert "claim coordinate artifact revision: agent-fixer fixer-1.0.0, agent-hasty hasty-0.3.1, " in table
 
     doctor = tribunal("doctor", "--plan", str(plan), "--registry", registry, "--json", env=cli_env)
     assert doctor.returncode == 0 and json.loads(doctor.stdout)["clean"], doctor.stdout
@@ -202,6 +206,8 @@ def test_whole_demo_on_s3_through_the_cli(tmp_path: Path, cli_env: dict[str, str
     flips = sorted((f["case_id"], f["candidate_id"], f["after"]) for f in json.loads(compared.stdout)["flips"])
     assert compared.returncode == 0 and flips == [("off-by-one", "agent-leaky", "grader_failure"),
                                                   ("slugify", "agent-leaky", "grader_failure")]
+    paired = json.loads(compared.stdout)["paired"]  # a = before, b = after: the flips are the discordant items
+    assert (paired["items"], paired["a_only"], paired["b_only"], paired["mcnemar_p"]) == (10, 2, 0, 0.5)
     doctor = tribunal("doctor", "--plan", str(plan), "--registry", registry, "--json", env=env)
     assert doctor.returncode == 0 and json.loads(doctor.stdout)["clean"]
 

@@ -98,7 +98,7 @@ def test_compare_refuses_a_digest_that_is_not_a_report(regraded: dict) -> None: 
 
 def test_markdown_html_and_swebench_formats(regraded: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
     code, md, err = report(regraded, "--plan", regraded["plan"], "--format", "md")
-    assert code == 0 and "| agent-leaky | 2 | 0 | 0 | 0.0% (uncalibrated) | suite-checker@2 |" in md
+    assert code == 0 and "| agent-leaky | 2 | 0 | 0 | 0.0% (uncalibrated) | [0.0%, 65.8%] | - | suite-checker@2 |" in md
     assert "> **NOT RELEASE-GRADE: suite-checker@2 uncalibrated." in md  # no calibration record: every format says so
     assert re.search(r"stored report sha256:[0-9a-f]{64}", err)
     page = tmp_path / "report.html"

@@ -1,0 +1,127 @@
+"""``tribunal report``: verdicts and pass rates, a paired comparison, a comparison of two reports, publishing."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+
+from flows.cli_options import RegistryOption, open_registry, print_json
+from flows.console import err, out, render_comparison, render_paired, render_report, table_text
+from registry import Plan, Registry, UsageError, canonical_json, ensure_signed, load_plan
+
+if TYPE_CHECKING:
+    from tasks.publish import Decision
+
+FORMATS = ("table", "json", "md", "html", "swebench")
+
+
+def report_command(
+    plan: Annotated[Path | None, typer.Option("--plan", help="Frozen plan.json.")] = None,
+    registry: RegistryOption = None,
+    grader_version: Annotated[str | None, typer.Option("--grader-version",
+                                                       help="Admit only attempts this grader version graded.")] = None,
+    format: Annotated[str, typer.Option("--format", help="table, json, md, html or swebench.")] = "table",
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write to a file instead of stdout.")] = None,
+    compare: Annotated[tuple[str, str] | None,
+                       typer.Option("--compare", help="Two stored report digests: before after.")] = None,
+    publish: Annotated[bool, typer.Option("--publish", help="Audit the report's scope first; publish only on a "
+                                                          "commit decision (exit 1 otherwise).")] = False,
+    history: Annotated[bool, typer.Option("--history", help="Also list every generation of every attempt.")] = False,
+    paired: Annotated[tuple[str, str] | None,
+                      typer.Option("--paired", help="Two candidate ids A B: compare them on the same items.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="tribunal.toml whose [signing] key_file signs the "
+                                                "stored report (default: $TRIBUNAL_CONFIG, else ./tribunal.toml "
+                                                "if present, else $TRIBUNAL_SIGNING_KEY).")] = None,
+) -> None:
+    """Report current verdicts and pass rates (stored in the registry), or compare two stored reports."""
+    if format not in FORMATS:
+        raise UsageError(f"--format {format!r}: choose one of {', '.join(FORMATS)}")
+    if paired is not None and (compare is not None or publish or format not in ("table", "json")):
+        raise UsageError("--paired takes --plan and --format table or json (not --compare, --publish)")
+    from tasks.report import build_report, compare_reports, load_report, rates_by_grader_version
+    from tasks.report_formats import to_html, to_markdown, to_swebench
+
+    store = open_registry(registry, signing_config=config, signs=True)
+    if compare is not None:
+        diff = compare_reports(load_report(store, compare[0]), load_report(store, compare[1]))
+        print_json(diff) if format == "json" else render_comparison(diff)
+        return
+    if plan is None:
+        raise UsageError("report needs --plan (or --compare A B)")
+    frozen = load_plan(plan)
+    ensure_signed(store, frozen.experiment)
+    if paired is not None:
+        report_paired(store, frozen, grader_version, paired, format)
+        return
+    decision = publish_report(store, frozen, grader_version) if publish else None
+    built = decision.report if decision else build_report(store, frozen, grader_version, history=history)
+    if built is None:
+        raise typer.Exit(1)
+    renderers: dict[str, Callable[[], str]] = {
+        "json": lambda: canonical_json(built).decode() + "\n",
+        "md": lambda: to_markdown(built),
+        "html": lambda: to_html(built, rates_by_grader_version(store, frozen)),
+        "swebench": lambda: canonical_json(to_swebench(built)).decode() + "\n",
+        "table": lambda: table_text(built),
+    }
+    text = renderers[format]
+    if output is not None:
+        output.write_text(text())
+        out.print(f"report {built['report_digest']} -> {output}")
+    elif format == "table":
+        render_report(built)
+    else:
+        sys.stdout.write(text())
+    if format != "json":
+        err.print(f"stored report {built['report_digest']}")
+    if decision is not None and decision.publication is None:
+        raise typer.Exit(1)
+
+
+def report_paired(store: Registry, plan: Plan, grader_version: str | None, pair: tuple[str, str],
+                  format: str) -> None:
+    """Compare two candidates of a plan on the items both attempted in its admitted slice (SPEC §14, §16)."""
+    from tasks.measurement.paired import pair_candidates
+    from tasks.report import build_report
+
+    known = [candidate.id for candidate in plan.candidates]
+    for name in pair:
+        if name not in known:
+            raise UsageError(f"--paired: {name!r} is not a candidate of plan {plan.experiment} "
+                             f"(candidates: {', '.join(known)})")
+    if pair[0] == pair[1]:
+        raise UsageError("--paired needs two different candidates")
+    result = pair_candidates(build_report(store, plan, grader_version), *pair)
+    if format == "json":
+        print_json(result)
+        return
+    from tasks.measurement.admission import describe_slice
+
+    out.print(escape(describe_slice(result["slice"])), highlight=False)
+    render_paired(result, *pair)
+    err.print(f"stored report {result['report']}")
+
+
+def publish_report(store: Registry, plan: Plan, grader_version: str | None) -> Decision:
+    """Audit before commit; say what was decided and why (the report, if built, is printed by the caller)."""
+    from tasks.publish import publish
+
+    with err.status("auditing the report's scope..."):
+        decision = publish(store, plan, grader_version)
+    audit = decision.audit
+    for reason in audit.doctor_findings + audit.gate_failures:
+        err.print(f"[red]{audit.decision}:[/] {escape(reason)}")
+    if audit.failure_labels:
+        err.print(f"[red]{audit.decision}:[/] {len(audit.failure_labels)} attempt(s) in scope labelled A (audit): "
+                  + ", ".join(audit.failure_labels))
+    if decision.publication is None:
+        err.print(f"[red]not published[/]: audit decision {audit.decision} (audit record {decision.audit_digest})")
+    else:
+        err.print(f"published report {audit.scope['report']} (audit record {decision.audit_digest}, "
+                  f"publication {decision.publication})")
+    return decision

@@ -1,0 +1,101 @@
+"""95% intervals for pass rates, and pass@k / pass^k (SPEC §14). Pure.
+
+With one attempt per case the attempts are independent draws and the Wilson
+score interval is the textbook choice (it stays inside [0, 1] and behaves at
+0/n and n/n, where the Wald interval collapses). With several attempts per
+case they are not independent -- a hard case fails every try -- so the
+interval is a cluster bootstrap: cases are resampled with replacement, each
+carrying all its attempts. The resampling is seeded with a fixed seed that
+the report records, so the same evidence always prints the same interval.
+
+pass@k (the chance that at least one of k tries resolves the case) and pass^k
+(that all k do) use the unbiased estimators over each case's n planned
+attempts, averaged over cases: 1 - C(n-c, k)/C(n, k) and C(c, k)/C(n, k),
+where c counts resolved attempts. Unmeasured attempts count as unresolved,
+as they do in every denominator (SPEC §13).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import stats
+from scipy.special import comb
+
+CONFIDENCE: Final = 0.95
+BOOTSTRAP_SEED: Final = 20261203
+BOOTSTRAP_RESAMPLES: Final = 9999
+DIGITS: Final = 4
+BATCH: Final = 500
+"""Resamples drawn at once: memory is BATCH x cases floats, whatever the number of resamples."""
+
+Interval = tuple[float, float]
+
+
+def wilson(successes: int, trials: int) -> Interval | None:
+    """The 95% Wilson score interval of successes / trials (None when nothing was planned)."""
+    if trials == 0:
+        return None
+    found = stats.binomtest(successes, trials).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
+    return round(float(found.low), DIGITS), round(float(found.high), DIGITS)
+
+
+def _ratio_of_sums(sums: NDArray[np.float64], counts: NDArray[np.float64], axis: int = -1) -> Any:
+    return sums.sum(axis=axis) / counts.sum(axis=axis)
+
+
+def cluster_bootstrap(sums: Sequence[float], counts: Sequence[int], seed: int = BOOTSTRAP_SEED) -> Interval | None:
+    """A 95% percentile interval of sum(sums) / sum(counts), resampling clusters (cases) with replacement.
+
+    ``sums[i]`` is what cluster i contributes (resolved attempts, or summed
+    paired differences) over its ``counts[i]`` items. Fewer than two clusters
+    cannot show how cases vary: no interval.
+    """
+    kept = [(total, count) for total, count in zip(sums, counts, strict=True) if count > 0]
+    if len(kept) < 2:
+        return None
+    totals = np.array([total for total, _ in kept], dtype=np.float64)
+    sizes = np.array([count for _, count in kept], dtype=np.float64)
+    found = stats.bootstrap((totals, sizes), _ratio_of_sums, paired=True, vectorized=True,
+                            n_resamples=BOOTSTRAP_RESAMPLES, batch=BATCH, confidence_level=CONFIDENCE,
+                            method="percentile",
+                            rng=np.random.default_rng(seed)).confidence_interval
+    return round(float(found.low), DIGITS), round(float(found.high), DIGITS)
+
+
+def pass_at_k(resolved: Sequence[int], attempts: int, k: int) -> float:
+    """Mean over cases of 1 - C(n-c, k) / C(n, k): at least one of k tries resolves the case."""
+    return round(float(sum(1 - comb(attempts - c, k, exact=True) / comb(attempts, k, exact=True)
+                           for c in resolved)) / len(resolved), DIGITS)
+
+
+def pass_hat_k(resolved: Sequence[int], attempts: int, k: int) -> float:
+    """Mean over cases of C(c, k) / C(n, k): all k tries resolve the case (tau-bench's pass^k)."""
+    return round(float(sum(comb(c, k, exact=True) / comb(attempts, k, exact=True) for c in resolved))
+                 / len(resolved), DIGITS)
+
+
+def rate_uncertainty(resolved: Sequence[int], attempts: int) -> dict[str, Any]:
+    """A candidate's interval (and pass@k, pass^k when a case has several attempts) from resolved counts per case.
+
+    ``resolved`` holds one count per admitted case, each out of ``attempts`` planned attempts.
+    """
+    if attempts == 1:
+        return {"interval": wilson(sum(resolved), len(resolved)), "interval_method": "wilson"}
+    if not resolved:
+        return {"interval": None, "interval_method": "cluster-bootstrap"}
+    return {
+        "interval": cluster_bootstrap(resolved, [attempts] * len(resolved)),
+        "interval_method": "cluster-bootstrap",
+        "pass_at_k": {str(k): pass_at_k(resolved, attempts, k) for k in range(1, attempts + 1)},
+        "pass_hat_k": {str(k): pass_hat_k(resolved, attempts, k) for k in range(2, attempts + 1)},
+    }
+
+
+def bootstrap_protocol() -> dict[str, Any]:
+    """What a report records so its bootstrap intervals can be recomputed exactly."""
+    return {"seed": BOOTSTRAP_SEED, "resamples": BOOTSTRAP_RESAMPLES, "confidence": CONFIDENCE,
+            "method": "percentile", "cluster": "case"}
