@@ -31,8 +31,9 @@ from registry import (
     tune_allocators,
 )
 from tasks.calibration import Subject, grade_subject, judge_subject, seal_calibration, subjects
-from tasks.execution.sandbox import ensure_backend
+from tasks.execution.sandbox import ensure_backend, ensure_hidden
 from tasks.execution.workbench import Workbench, workbench
+from tasks.grading import grader_sandbox
 from tasks.steps import step
 
 BATCH = 25
@@ -77,6 +78,8 @@ def calibrate(request: CalibrateRequest) -> CalibrationSummary:
     config = load_config(find_config(request.config_path))
     ensure_backend(config.sandbox)
     registry = Registry.open_signing(request.registry_url, config)
+    ensure_hidden(registry.signer.path if registry.signer else None,
+                  [grader_sandbox(config, name, profile) for name, profile in config.grader_profiles.items()])
     plan = load_plan(Path(request.plan_path)) if request.plan_path else None
     kind, name = request.subject
     made = subjects(registry, calibration_set, plan, request.profile or "")

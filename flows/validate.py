@@ -29,8 +29,9 @@ from registry import (
     load_plan,
     tune_allocators,
 )
-from tasks.execution.sandbox import ensure_backend
+from tasks.execution.sandbox import ensure_backend, ensure_hidden
 from tasks.execution.workbench import Workbench, workbench
+from tasks.grading import grader_sandbox
 from tasks.steps import step
 from tasks.validation import seal_validation, validate_case
 
@@ -75,7 +76,9 @@ def validate(request: ValidateRequest) -> ValidationSummary:
     plan = load_plan(Path(request.plan_path))
     config = load_config(find_config(request.config_path))
     ensure_backend(config.sandbox)
-    registry = Registry.open(request.registry_url)
+    registry = Registry.open_signing(request.registry_url, config)
+    ensure_hidden(registry.signer.path if registry.signer else None,
+                  [grader_sandbox(config, name, profile) for name, profile in config.grader_profiles.items()])
     with workbench(request.concurrency, prefix="tribunal-validate-") as bench, \
             ThreadPoolTaskRunner[ValidatedCase](max_workers=bench.preparers) as runner:
         futures = [runner.submit(validate_one, {"case": case, "plan": plan, "config": config,
