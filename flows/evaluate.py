@@ -104,6 +104,11 @@ def task_runner(request: EvaluateRequest, bench: Workbench) -> TaskRunner[Any]:
 @flow(name="evaluate", flow_run_name=run_namer("evaluate", EvaluateRequest, describe), log_prints=False)
 def evaluate(request: EvaluateRequest) -> EvaluateSummary:
     """Evaluate every attempt of a frozen plan and seal the verdicts."""
+    return evaluate_plan(request)
+
+
+def evaluate_plan(request: EvaluateRequest) -> EvaluateSummary:
+    """The body of ``evaluate``, callable inside another flow (``nightly``) so its tasks show in that run's graph."""
     logger = get_run_logger()
     tune_allocators()
     plan = load_plan(Path(request.plan_path))
