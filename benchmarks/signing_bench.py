@@ -65,7 +65,7 @@ def time_appends(registry: Registry, count: int) -> float:
 
 def build(root: Path, url: str, key_file: Path, attempts: int) -> int:
     """A signed registry of ``attempts`` attempts, as retention and grading storage write them."""
-    from tasks.attempts import grader_input_for, make_contract, store_grading
+    from tasks.attempts import grader_input_for, make_contract, stage_grading
     from tasks.execution.candidate import CandidateRun, candidate_sandbox
     from tasks.grading import grader_sandbox, sealed_grading
     from tasks.report import current_summaries, seal_experiment_record
@@ -95,7 +95,7 @@ def build(root: Path, url: str, key_file: Path, attempts: int) -> int:
         grading = sealed_grading(attempt_id=ref.attempt_id, profile_name="trivial", grader_id="trivial", version="1",
                                  grader_sha256=profile.sha256, input_bytes=input_bytes, output=OUTPUT, passed=True,
                                  failure=None, sandbox=grader, program=program)
-        store_grading(registry, contract, grading, generation=1, step="grading")
+        registry.append(stage_grading(registry, contract, grading, generation=1, step="grading"))
     seal_experiment_record(registry, plan, current_summaries(registry, plan))
     return sum(1 for _ in plan.attempt_refs())
 

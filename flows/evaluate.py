@@ -2,7 +2,8 @@
 
 The flow only wires tasks. It reads the manifest first to resume: sealed
 attempts are skipped, retained ones are graded from their stored evidence,
-the rest run from the start. Attempts go to tasks in batches (see
+the rest run from the start. Attempts go to stage tasks in batches
+(``execute-candidates`` -> ``grade`` -> ``judge`` -> ``seal``; see
 ``tasks/steps.py`` for why) on a thread pool twice as wide as the program
 slots of the workbench (see ``tasks/execution/workbench.py`` for why), or on the
 worker processes of a Dask cluster (``task_runner``).
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from flows.artifacts import Progress, publish_outcome
 from flows.requests import EvaluateRequest, Runner, run_namer
 from registry import (
+    AttemptRef,
     NewEntry,
     Plan,
     PlanDrift,
@@ -35,14 +37,14 @@ from registry import (
     plan_bytes,
     tune_allocators,
 )
-from tasks.attempts import attempt_states, make_contract
+from tasks.attempts import AttemptState, attempt_states, make_contract
 from tasks.execution.candidate import candidate_sandbox
 from tasks.execution.sandbox import ensure_backend, ensure_hidden
 from tasks.execution.workbench import Workbench, workbench
 from tasks.grading import grader_sandbox
 from tasks.progress import attempt_done
 from tasks.report import build_report, current_summaries, seal_experiment_record
-from tasks.steps import evaluate_attempts
+from tasks.steps import execute_candidates, grade_candidates, judge_candidates, seal_attempts
 
 MAX_BATCH = 25
 T = TypeVar("T")
@@ -78,6 +80,10 @@ def plan_inputs(plan: Plan) -> list[str]:
     """Every object a plan pins: case snapshots, prompts, predictions files."""
     pinned = [d for case in plan.cases for d in (case.snapshot_digest, case.prompt_hash)]
     return pinned + [c.predictions_digest for c in plan.candidates if c.predictions_digest]
+
+
+def _states(states: dict[str, AttemptState], batch: list[AttemptRef]) -> dict[str, AttemptState]:
+    return {ref.attempt_id: states[ref.attempt_id] for ref in batch if ref.attempt_id in states}
 
 
 def describe(request: EvaluateRequest) -> str:
@@ -150,21 +156,30 @@ def evaluate_plan(request: EvaluateRequest) -> EvaluateSummary:
     attempt_done("refused by redaction", refused)
     stopped: list[str] = []
     with workbench(request.concurrency) as bench, task_runner(request, bench) as runner:
-        work = [
-            (len(batch), runner.submit(evaluate_attempts, {
-                "contracts": [make_contract(plan, ref) for ref in batch],
-                "states": {ref.attempt_id: states[ref.attempt_id] for ref in batch if ref.attempt_id in states},
-                "plan": plan, "config": config, "registry": registry, "bench": bench,
-                "retry_refused": request.retry_refused,
-            }))
-            for batch in batches(pending,
-                                 bench.preparers * (request.dask_workers if request.runner is Runner.DASK else 1))
-        ]
-        for size, future in work:
-            stopped += future.result()
-            progress.advance(size)
+        groups = batches(pending, bench.preparers * (request.dask_workers if request.runner is Runner.DASK else 1))
+        shared = {"config": config, "registry": registry, "bench": bench}
+        staged = []
+        # Stage by stage over every batch, in submission order: a thread runner picks tasks first in, first out,
+        # so no worker thread sits waiting on a stage of a batch whose earlier stage has not started.
+        executed = [runner.submit(execute_candidates, {
+            "contracts": [make_contract(plan, ref) for ref in batch], "states": _states(states, batch),
+            "plan": plan, "retry_refused": request.retry_refused, **shared}) for batch in groups]
+        for batch, execution in zip(groups, executed, strict=True):
+            inputs = {"executed": execution, "contracts": [make_contract(plan, ref) for ref in batch],
+                      "states": _states(states, batch), **shared}
+            graded = runner.submit(grade_candidates, inputs)
+            judged = (runner.submit(judge_candidates, inputs, wait_for=[graded])
+                      if any(judges[ref.case_id] for ref in batch) else None)
+            staged.append((batch, execution, graded, judged))
+        seals = [runner.submit(seal_attempts, {"graded": graded, "judged": judged if judged else [],
+                                               "registry": registry})
+                 for _, _, graded, judged in staged]
+        for (batch, execution, _, _), seal_future in zip(staged, seals, strict=True):
+            stopped += execution.result().stopped
+            seal_future.result()
+            progress.advance(len(batch))
             if request.runner is Runner.DASK:  # attempts finished in other processes: count them by batch here
-                attempt_done("evaluated", size)
+                attempt_done("evaluated", len(batch))
     summaries = current_summaries(registry, plan)
     record, _ = seal_experiment_record(registry, plan, summaries)
     report = build_report(registry, plan, summaries=summaries)

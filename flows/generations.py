@@ -19,13 +19,19 @@ from registry import Plan, Registry, release_free_memory
 from tasks.execution.workbench import workbench
 from tasks.regrade import EvidenceMissing, RegradeOutcome, first_missing_evidence, record_mutation, refuse_damaged
 from tasks.report import build_report, current_summaries, seal_experiment_record
+from tasks.steps import StagedBatch, seal_generations
 
 BATCH = 25
 
 
-def run_batches(batch_task: Task[..., Any], registry: Registry, plan: Plan, parameters: dict[str, Any],
-                concurrency: int, operation: str) -> list[Any]:
-    """Submit ``batch_task`` over the plan's attempts in batches; return each batch's result in plan order."""
+def run_batches(stage: Task[..., StagedBatch], registry: Registry, plan: Plan, parameters: dict[str, Any],
+                concurrency: int, operation: str) -> list[tuple[list[RegradeOutcome], list[str]]]:
+    """Run ``stage`` then ``seal`` over the plan's attempts in batches; return each batch's outcomes in plan order.
+
+    Every batch's first stage is submitted before any seal, so a thread
+    runner (first in, first out) never parks a worker on a seal whose stage
+    has not started.
+    """
     refuse_damaged(registry, plan)
     work = [ref.attempt_id for ref in plan.attempt_refs()]
     stop = first_missing_evidence(registry, plan.experiment, work)
@@ -33,10 +39,12 @@ def run_batches(batch_task: Task[..., Any], registry: Registry, plan: Plan, para
     results = []
     with workbench(concurrency, prefix=f"tribunal-{operation}-") as bench, \
             ThreadPoolTaskRunner[Any](max_workers=bench.preparers) as runner:
-        futures = [runner.submit(batch_task, {"attempt_ids": work[start : start + BATCH], "experiment": plan.experiment,
-                                              "registry": registry, "bench": bench, **parameters})
-                   for start in range(0, len(work) if stop is None else stop, BATCH)]
-        for future in futures:
+        staged = [runner.submit(stage, {"attempt_ids": work[start : start + BATCH], "experiment": plan.experiment,
+                                        "registry": registry, "bench": bench, **parameters})
+                  for start in range(0, len(work) if stop is None else stop, BATCH)]
+        sealed = [runner.submit(seal_generations, {"batch": batch, "registry": registry, "done": f"{operation}d"})
+                  for batch in staged]
+        for future in sealed:
             results.append(future.result())
             progress.advance(BATCH)
             release_free_memory()

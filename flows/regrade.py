@@ -1,7 +1,7 @@
 """The ``regrade`` flow: new grader bytes over retained evidence (SPEC §7).
 
-Attempts are regraded in batch tasks, ``concurrency`` graders at a time
-(see ``tasks/execution/workbench.py``). Evidence is checked from the manifest before
+Attempts are regraded in batches, a ``grade`` then a ``seal`` task each,
+``concurrency`` graders at a time (see ``tasks/execution/workbench.py``). Evidence is checked from the manifest before
 any grader runs: a missing piece stops the flow after every attempt before it
 in plan order is regraded and recorded. The canonical experiment record is
 then rewritten as a new version, with a mutation receipt saying what changed it.
@@ -16,19 +16,15 @@ from pydantic import BaseModel, ConfigDict
 
 from flows.generations import run_batches, seal_new_version
 from flows.requests import RegradeRequest, run_namer
-from registry import Config, Registry, ensure_signed, find_config, load_config, load_plan, tune_allocators
-from tasks.attempts import AttemptState, attempt_states
+from registry import Registry, ensure_signed, find_config, load_config, load_plan, tune_allocators
 from tasks.execution.sandbox import ensure_backend, ensure_hidden
-from tasks.execution.workbench import Workbench
 from tasks.grading import grader_sandbox
-from tasks.progress import attempt_done
 from tasks.regrade import (
     RegradeOutcome,
     latest_record_digest,
-    regrade_attempt,
 )
 from tasks.report import head_label
-from tasks.steps import step
+from tasks.steps import regrade_candidates
 
 
 class RegradeSummary(BaseModel):
@@ -46,19 +42,6 @@ class RegradeSummary(BaseModel):
     missing_profiles: list[str]
     record: str
     report: dict[str, object]
-
-
-@step("regrade-attempts")
-def regrade_batch(attempt_ids: list[str], experiment: str, registry: Registry, config: Config, profile: str | None,
-                  bench: Workbench) -> list[RegradeOutcome]:
-    """Regrade a batch of attempts in order, reading only their own manifest entries."""
-    states = attempt_states(registry, experiment, attempt_ids)
-    outcomes = []
-    for attempt_id in attempt_ids:
-        outcomes.append(regrade_attempt(registry, states.get(attempt_id, AttemptState({})), attempt_id, config,
-                                        profile, bench))
-        attempt_done("regraded")
-    return outcomes
 
 
 def describe(request: RegradeRequest) -> str:
@@ -91,9 +74,9 @@ def regrade(request: RegradeRequest) -> RegradeSummary:
     for name in missing:
         logger.warning("grader profile %r is not configured: its attempts get fail-closed missing:%s generations, "
                        "which become their current verdicts", name, name)
-    batches = run_batches(regrade_batch, registry, plan, {"config": config, "profile": profile}, request.concurrency,
-                          "regrade")
-    outcomes: list[RegradeOutcome] = [outcome for batch in batches for outcome in batch]
+    batches = run_batches(regrade_candidates, registry, plan, {"config": config, "profile": profile},
+                          request.concurrency, "regrade")
+    outcomes: list[RegradeOutcome] = [outcome for batch, _ in batches for outcome in batch]
     new_record, report = seal_new_version(registry, plan, previous, head_before, profile, outcomes, "regrade")
     return RegradeSummary(
         experiment=plan.experiment, plan_hash=plan.plan_hash, profile=profile, attempts=len(outcomes),

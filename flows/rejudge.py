@@ -15,15 +15,11 @@ from pydantic import BaseModel, ConfigDict
 
 from flows.generations import run_batches, seal_new_version
 from flows.requests import RejudgeRequest, run_namer
-from registry import Config, Registry, ensure_signed, find_config, load_config, load_plan, tune_allocators
-from tasks.attempts import AttemptState, attempt_states
+from registry import Registry, ensure_signed, find_config, load_config, load_plan, tune_allocators
 from tasks.execution.sandbox import ensure_backend
-from tasks.execution.workbench import Workbench
-from tasks.progress import attempt_done
-from tasks.regrade import RegradeOutcome, latest_record_digest
-from tasks.rejudge import IntentOpen, rejudge_attempt
+from tasks.regrade import latest_record_digest
 from tasks.report import head_label
-from tasks.steps import step
+from tasks.steps import rejudge_candidates
 
 
 class RejudgeSummary(BaseModel):
@@ -40,23 +36,6 @@ class RejudgeSummary(BaseModel):
     refused: list[str]
     record: str
     report: dict[str, object]
-
-
-@step("rejudge-attempts")
-def rejudge_batch(attempt_ids: list[str], experiment: str, registry: Registry, config: Config, judge: str | None,
-                  bench: Workbench) -> tuple[list[RegradeOutcome], list[str]]:
-    """Rejudge a batch in order; attempts with an unproven intent are refused, not fatal."""
-    states = attempt_states(registry, experiment, attempt_ids)
-    outcomes, refused = [], []
-    for attempt_id in attempt_ids:
-        try:
-            outcomes.append(rejudge_attempt(registry, states.get(attempt_id, AttemptState({})), attempt_id, config,
-                                            judge, bench))
-            attempt_done("rejudged")
-        except IntentOpen as refusal:
-            refused.append(str(refusal))
-            attempt_done("refused")
-    return outcomes, refused
 
 
 def describe(request: RejudgeRequest) -> str:
@@ -76,7 +55,7 @@ def rejudge(request: RejudgeRequest) -> RejudgeSummary:
     ensure_signed(registry, plan.experiment)
     previous = latest_record_digest(registry, plan)
     head_before = head_label(registry)
-    batches = run_batches(rejudge_batch, registry, plan, {"config": config, "judge": judge}, request.concurrency,
+    batches = run_batches(rejudge_candidates, registry, plan, {"config": config, "judge": judge}, request.concurrency,
                           "rejudge")
     judged = [outcome for outcomes, _ in batches for outcome in outcomes if outcome.changed]
     new_record, report = seal_new_version(registry, plan, previous, head_before, None, judged, "rejudge")

@@ -21,7 +21,6 @@ from registry import (
     AttemptSummary,
     BlindedContract,
     CandidateResult,
-    Config,
     GraderInput,
     GraderReceipt,
     GraderResult,
@@ -41,13 +40,8 @@ from registry import (
     digest,
     digest_json,
 )
-from tasks.execution.candidate import execute_candidate
-from tasks.execution.workbench import Workbench
-from tasks.grading import Grading, grade
-from tasks.judging import judge_attempt
-from tasks.progress import attempt_done
-from tasks.redaction import RedactionStop
-from tasks.retain import RetainedAttempt, refuse_attempt, retain_candidate, stored_attempt, txn
+from tasks.grading import Grading
+from tasks.retain import RetainedAttempt, txn
 from tasks.taxonomy import failure_labels
 from tasks.verdict import terminal_class
 
@@ -160,17 +154,12 @@ def attempt_states(registry: Registry, experiment: str,
     }
 
 
-def load_retained(registry: Registry, state: AttemptState) -> RetainedAttempt:
-    """Rebuild a retained attempt from its stored (redacted) evidence."""
-    contract = registry.load(state.entries[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
-    return stored_attempt(registry, contract, state.entries[Role.CANDIDATE_RESULT].digest)
+def stage_grading(registry: Registry, contract: AttemptContract, grading: Grading, generation: int,
+                  step: str) -> list[NewEntry]:
+    """Store the four grading records (and the grader's sandbox profile and bytes) as objects.
 
-
-def store_grading(registry: Registry, contract: AttemptContract, grading: Grading, generation: int,
-                  step: str) -> list[ManifestEntry]:
-    """Store the four grading records (and the grader's sandbox profile and bytes), append them as one commit.
-
-    Returns the entries the registry holds for them (the receipt's last).
+    Returns the drafts of their manifest entries (the receipt's last), to be
+    appended as one commit: stored objects are not a verdict until then.
     """
     for kept in (grading.sandbox_profile, grading.program):
         if kept:
@@ -181,67 +170,15 @@ def store_grading(registry: Registry, contract: AttemptContract, grading: Gradin
         Role.GRADER_RESULT: grading.result_bytes,
         Role.GRADER_RECEIPT: grading.receipt_bytes,
     }
-    return registry.append(
-        [
-            NewEntry(
-                txn=txn(contract.attempt_id, f"{step}:{role.value}"), role=role.value,
-                experiment_id=contract.experiment, attempt_id=contract.attempt_id, digest=registry.put(data),
-                size=len(data), generation=generation, grader_id=grading.result.grader_id,
-                grader_version=grading.result.grader_version,
-            )
-            for role, data in stored.items()
-        ]
-    )
-
-
-def grade_retained(retained: RetainedAttempt, config: Config, registry: Registry, bench: Workbench) -> GraderResult:
-    """Grade a retained attempt (generation 1) and seal it."""
-    contract = retained.contract
-    grading = grade(
-        attempt_id=contract.attempt_id, profile_name=contract.grader_profile, config=config,
-        grader_input=grader_input_for(retained, registry.scoring_secret()),
-        snapshot=lambda: registry.get(contract.snapshot_digest),
-        patch=retained.patch, bench=bench,
-    )
-    store_grading(registry, contract, grading, generation=1, step="grading")
-    return grading.result
-
-
-def evaluate_attempt(contract: AttemptContract, state: AttemptState | None, plan: Plan, config: Config,
-                     registry: Registry, bench: Workbench, retry_refused: bool = False) -> str | None:
-    """Take one attempt from where the manifest says it stands to sealed; return a stop message, if any.
-
-    Complete attempts are left alone, and so are refused ones unless
-    ``retry_refused``; retained ones are graded (and judged) from their stored
-    evidence -- the candidate never runs twice -- the rest run from the start.
-    A redaction stop is recorded as a refusal before its message is returned.
-    Unredacted candidate output exists only inside this call.
-    """
-    if state is not None and state.complete(contract.judge):
-        attempt_done("already sealed")
-        return None
-    if state is not None and state.refused and not retry_refused:
-        attempt_done("refused by redaction")
-        return None
-    if state is not None and state.retained:
-        retained = load_retained(registry, state)
-    else:
-        candidate = next(c for c in plan.candidates if c.id == contract.candidate_id)
-        run = execute_candidate(contract, plan, candidate, config, registry, bench)
-        try:
-            retained = retain_candidate(run, config, registry)
-        except RedactionStop as stop:
-            refuse_attempt(contract, stop, (state.refusals if state else 0) + 1, registry)
-            attempt_done("refused by redaction")
-            return f"{contract.attempt_id}: {stop}"
-    failed = None
-    if state is None or not state.sealed:
-        failed = grade_retained(retained, config, registry, bench).failure is not None
-    if contract.judge is not None:
-        scoring = scoring_id(registry.scoring_secret(), contract.attempt_id)
-        failed = judge_attempt(registry, retained, config, bench, scoring_id=scoring).failure is not None or failed
-    attempt_done("grader or judge failure" if failed else "graded")
-    return None
+    return [
+        NewEntry(
+            txn=txn(contract.attempt_id, f"{step}:{role.value}"), role=role.value,
+            experiment_id=contract.experiment, attempt_id=contract.attempt_id, digest=registry.put(data),
+            size=len(data), generation=generation, grader_id=grading.result.grader_id,
+            grader_version=grading.result.grader_version,
+        )
+        for role, data in stored.items()
+    ]
 
 
 def refused_attempts(registry: Registry, plan: Plan) -> dict[str, RefusalReason]:

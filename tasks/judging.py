@@ -2,11 +2,12 @@
 
 The judge sees only the blinded candidate built from retained, redacted
 evidence. Whatever happens -- a verdict, a refusal, an unconfigured judge --
-three records are appended in one commit: the candidate truth, the judgement
-(generation n, chained to generation n-1 by its digest) and the evidence
-receipt sealing observed identity, sessions, runtime, cost, the redaction
-tally and the judgement. An unconfigured judge fails closed under a
-``missing:<name>`` policy, like an unconfigured grader profile.
+three records are stored, then appended in one commit by the ``seal`` stage:
+the candidate truth, the judgement (generation n, chained to generation n-1
+by its digest) and the evidence receipt sealing observed identity, sessions,
+runtime, cost, the redaction tally and the judgement. An unconfigured judge
+fails closed under a ``missing:<name>`` policy, like an unconfigured grader
+profile.
 """
 
 from __future__ import annotations
@@ -46,10 +47,14 @@ def missing_policy(name: str) -> JudgePolicy:
                        model="", rubric_sha256="0" * 64, sampling=SamplingParams(temperature=0.0, seed=None))
 
 
-def judge_attempt(registry: Registry, retained: RetainedAttempt, config: Config, bench: Workbench, *,
-                  scoring_id: str, generation: int = 1, prev_judgement_hash: str | None = None,
-                  step: str = "judging") -> Judgement:
-    """Judge a retained attempt once and append its truth, judgement and evidence receipt as one commit."""
+def stage_judgement(registry: Registry, retained: RetainedAttempt, config: Config, bench: Workbench, *,
+                    scoring_id: str, generation: int = 1, prev_judgement_hash: str | None = None,
+                    step: str = "judging") -> tuple[Judgement, list[NewEntry]]:
+    """Judge a retained attempt once and store its truth, judgement and evidence receipt as objects.
+
+    Returns the judgement and the drafts of the three entries, to be appended
+    as one commit (the ``seal`` stage).
+    """
     contract = retained.contract
     name = contract.judge or ""
     truth, blinded = retained_truth(registry, scoring_id, retained.result)
@@ -74,13 +79,12 @@ def judge_attempt(registry: Registry, retained: RetainedAttempt, config: Config,
     })
     stored = {Role.CANDIDATE_TRUTH: truth_bytes, Role.JUDGEMENT: judgement_bytes,
               Role.EVIDENCE_RECEIPT: canonical_json(evidence.model_dump(mode="json"))}
-    registry.append([
+    return judgement, [
         NewEntry(txn=txn(contract.attempt_id, f"{step}:{role.value}"), role=role.value,
                  experiment_id=contract.experiment, attempt_id=contract.attempt_id, digest=registry.put(data),
                  size=len(data), generation=generation)
         for role, data in stored.items()
-    ])
-    return judgement
+    ]
 
 
 def open_intents(registry: Registry, entries: list[ManifestEntry]) -> list[ManifestEntry]:

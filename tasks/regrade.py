@@ -12,7 +12,7 @@ identical to an older generation is appended again, as the newest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow.compute as pc
 from pydantic import Field
@@ -33,7 +33,7 @@ from registry import (
     digest,
 )
 from registry._models import Strict
-from tasks.attempts import AttemptState, grader_input_for, store_grading
+from tasks.attempts import AttemptState, grader_input_for, stage_grading
 from tasks.execution.workbench import Workbench
 from tasks.grading import grade
 from tasks.retain import RetainedAttempt
@@ -144,9 +144,31 @@ def retained_evidence(registry: Registry, state: AttemptState, attempt_id: str, 
     )
 
 
-def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, config: Config,
-                    profile: str | None, bench: Workbench) -> RegradeOutcome:
-    """Grade one attempt's retained evidence with the current profile bytes; append generation n+1."""
+@dataclass(frozen=True)
+class StagedOutcome:
+    """A regrade's (rejudge's) new generation stored as objects: the outcome as it will be, and the drafts to append.
+
+    What crosses from the ``grade`` (``judge``) stage to ``seal``: digests only.
+    No drafts means nothing to append (the receipt equals the current one).
+    """
+
+    outcome: RegradeOutcome
+    drafts: tuple[NewEntry, ...] = ()
+    current_role: str = Role.GRADER_RECEIPT.value
+    """The role of the entry that becomes the attempt's current verdict record (rejudge: the judgement)."""
+
+
+def seal_outcome(registry: Registry, staged: StagedOutcome) -> RegradeOutcome:
+    """Append a staged generation as one commit; the outcome names what the registry holds after it."""
+    if not staged.drafts:
+        return staged.outcome
+    stored = next(e for e in registry.append(list(staged.drafts)) if e.role == staged.current_role)
+    return replace(staged.outcome, generation=stored.generation, current=stored.digest)
+
+
+def stage_regrade(registry: Registry, state: AttemptState, attempt_id: str, config: Config,
+                  profile: str | None, bench: Workbench) -> StagedOutcome:
+    """Grade one attempt's retained evidence with the current profile bytes; stage generation n+1."""
     retained = retained_evidence(registry, state, attempt_id, profile)
     contract = retained.contract
     grading = grade(
@@ -161,15 +183,16 @@ def regrade_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
     if current is not None and current.digest == receipt_digest:
         receipts = state.receipts()
         earlier = receipts[-2].digest if len(receipts) > 1 else None
-        return RegradeOutcome(attempt_id, current.generation, *ids, changed=False, previous=earlier,
-                              current=current.digest)
+        return StagedOutcome(RegradeOutcome(attempt_id, current.generation, *ids, changed=False, previous=earlier,
+                                            current=current.digest))
     generation = (current.generation or 1) + 1 if current is not None else 1
     # Keyed on the generation as well as the receipt: a grader that comes back (A -> B -> A) records A again
     # as the newest generation, where a key on the receipt alone would find A's old entry and append nothing.
-    stored = store_grading(registry, contract, grading, generation=generation,
-                           step=f"regrade:{generation}:{receipt_digest}")[-1]
-    return RegradeOutcome(attempt_id, stored.generation, *ids, changed=True,
-                          previous=current.digest if current is not None else None, current=stored.digest)
+    drafts = stage_grading(registry, contract, grading, generation=generation,
+                           step=f"regrade:{generation}:{receipt_digest}")
+    return StagedOutcome(RegradeOutcome(attempt_id, generation, *ids, changed=True,
+                                        previous=current.digest if current is not None else None),
+                         tuple(drafts))
 
 
 def named_generations(registry: Registry, experiment: str) -> set[tuple[str, str]]:

@@ -28,9 +28,9 @@ from registry import (
 )
 from tasks.attempts import AttemptState, scoring_id
 from tasks.execution.workbench import Workbench
-from tasks.judging import judge_attempt, missing_policy, open_intents
-from tasks.regrade import REQUIRED, EvidenceMissing, RegradeOutcome
-from tasks.retain import RetainedAttempt, txn
+from tasks.judging import missing_policy, open_intents, stage_judgement
+from tasks.regrade import REQUIRED, EvidenceMissing, RegradeOutcome, StagedOutcome
+from tasks.retain import RetainedAttempt
 
 
 class IntentOpen(TribunalError):
@@ -42,9 +42,14 @@ def recover_hint(attempt_id: str) -> str:
             f"`tribunal recover --plan plan.json --attempt {attempt_id}` before rejudging it")
 
 
-def rejudge_attempt(registry: Registry, state: AttemptState, attempt_id: str, config: Config, judge: str | None,
-                    bench: Workbench) -> RegradeOutcome:
-    """Append judgement generation n+1 for one attempt, intent first; IntentOpen if an earlier one is unproven."""
+def stage_rejudge(registry: Registry, state: AttemptState, attempt_id: str, config: Config, judge: str | None,
+                  bench: Workbench) -> StagedOutcome:
+    """Judge one attempt again and stage judgement generation n+1; IntentOpen if an earlier intent is unproven.
+
+    The intent is appended before the judge is called: if the judgement is
+    never sealed, the intent stays open and the attempt is refused until an
+    operator recovers it.
+    """
     if any(role not in state.entries for role in REQUIRED):
         raise EvidenceMissing(f"candidate evidence missing for {attempt_id}")
     if open_intents(registry, list(state.history)):
@@ -52,7 +57,7 @@ def rejudge_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
     contract = registry.load(state.entries[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
     name = judge or contract.judge
     if name is None:
-        return RegradeOutcome(attempt_id, None, "-", "-", changed=False)
+        return StagedOutcome(RegradeOutcome(attempt_id, None, "-", "-", changed=False))
     tip = state.entries.get(Role.JUDGEMENT)
     generation = (registry.load(tip.digest, Judgement).generation + 1) if tip else 1
     scoring = scoring_id(registry.scoring_secret(), attempt_id)
@@ -69,11 +74,11 @@ def rejudge_attempt(registry: Registry, state: AttemptState, attempt_id: str, co
         result=registry.load(state.entries[Role.CANDIDATE_RESULT].digest, CandidateResult),
         patch=b"",
     )
-    judge_attempt(registry, retained, config, bench, scoring_id=scoring, generation=generation,
-                  prev_judgement_hash=tip.digest if tip else None, step=f"rejudge:{generation}")
-    judged = registry.find(txn(attempt_id, f"rejudge:{generation}:{Role.JUDGEMENT.value}"))
-    return RegradeOutcome(attempt_id, generation, policy.judge_id, policy.version, changed=True,
-                          previous=tip.digest if tip else None, current=judged.digest if judged else None)
+    _, drafts = stage_judgement(registry, retained, config, bench, scoring_id=scoring, generation=generation,
+                                prev_judgement_hash=tip.digest if tip else None, step=f"rejudge:{generation}")
+    return StagedOutcome(RegradeOutcome(attempt_id, generation, policy.judge_id, policy.version, changed=True,
+                                        previous=tip.digest if tip else None),
+                         tuple(drafts), current_role=Role.JUDGEMENT.value)
 
 
 def recover_attempt(registry: Registry, state: AttemptState, attempt_id: str) -> list[str]:

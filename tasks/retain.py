@@ -63,7 +63,16 @@ def _scrub_strings(value: Any, patterns: Patterns) -> Any:
 
 
 def retain_candidate(run: CandidateRun, config: Config, registry: Registry) -> RetainedAttempt:
-    """Redact a run, store its evidence, and append the candidate-side records in one commit."""
+    """Redact a run, store its evidence, append the candidate-side records; return the evidence as stored."""
+    return stored_attempt(registry, run.contract, retain(run, config, registry))
+
+
+def retain(run: CandidateRun, config: Config, registry: Registry) -> str:
+    """Redact a run, store its evidence, and append the candidate-side records in one commit.
+
+    Returns the digest of the candidate result the registry holds after the
+    append (another writer's, if it retained the attempt first).
+    """
     identity = run.identity_strings()
     patterns = build_patterns(config.redaction.patterns, identity)
     clean, tally = redact_artifacts({"transcript": run.transcript, "patch": run.patch}, patterns,
@@ -106,7 +115,7 @@ def retain_candidate(run: CandidateRun, config: Config, registry: Registry) -> R
             for role in stored
         ]
     )
-    return stored_attempt(registry, contract, entries[list(stored).index(Role.CANDIDATE_RESULT)].digest)
+    return entries[list(stored).index(Role.CANDIDATE_RESULT)].digest
 
 
 def stored_attempt(registry: Registry, contract: AttemptContract, result_digest: str) -> RetainedAttempt:

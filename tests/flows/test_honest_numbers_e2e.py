@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from registry import Registry, freeze_experiment, load_config, load_plan
-from tasks.attempts import grade_retained, make_contract
+from registry import GraderReceipt, Registry, freeze_experiment, load_config, load_plan
+from tasks.attempts import make_contract
 from tasks.audit import audit_registry
 from tasks.execution.candidate import execute_candidate
 from tasks.execution.workbench import workbench
 from tasks.report import build_report
 from tasks.retain import retain_candidate
+from tasks.stages import grade_attempt, seal
 from tests.helpers import copy_demo
 
 
@@ -37,7 +38,9 @@ def test_a_judged_case_graded_but_never_judged_is_not_resolved(judged_demo: tupl
     with workbench(1) as bench:
         contract = make_contract(plan, ref)
         run = execute_candidate(contract, plan, plan.candidates[0], config, registry, bench)
-        assert grade_retained(retain_candidate(run, config, registry), config, registry, bench).passed
+        graded = grade_attempt(retain_candidate(run, config, registry), config, registry, bench)
+        seal(registry, graded)
+    assert not graded.failed and registry.load(graded.drafts[-1].digest, GraderReceipt).passed
     built = build_report(registry, plan)
     assert built["attempts"] == [] and built["summary"]["resolved"] == 0
     [line] = [u for u in built["unmeasured"] if u["attempt_id"] == ref.attempt_id]
