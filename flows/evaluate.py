@@ -174,9 +174,11 @@ def evaluate_plan(request: EvaluateRequest) -> EvaluateSummary:
         seals = [runner.submit(seal_attempts, {"graded": graded, "judged": judged if judged else [],
                                                "registry": registry})
                  for _, _, graded, judged in staged]
-        for (batch, execution, _, _), seal_future in zip(staged, seals, strict=True):
+        for (batch, execution, graded, judged), seal_future in zip(staged, seals, strict=True):
             stopped += execution.result().stopped
-            seal_future.result()
+            for stage_future in (graded, judged, seal_future):  # a stage's own error, not "upstream failed"
+                if stage_future is not None:
+                    stage_future.result()
             progress.advance(len(batch))
             if request.runner is Runner.DASK:  # attempts finished in other processes: count them by batch here
                 attempt_done("evaluated", len(batch))

@@ -39,12 +39,15 @@ def run_batches(stage: Task[..., StagedBatch], registry: Registry, plan: Plan, p
     results = []
     with workbench(concurrency, prefix=f"tribunal-{operation}-") as bench, \
             ThreadPoolTaskRunner[Any](max_workers=bench.preparers) as runner:
-        staged = [runner.submit(stage, {"attempt_ids": work[start : start + BATCH], "experiment": plan.experiment,
-                                        "registry": registry, "bench": bench, **parameters})
-                  for start in range(0, len(work) if stop is None else stop, BATCH)]
+        limit = len(work) if stop is None else stop
+        staged = [runner.submit(stage, {"attempt_ids": work[start : min(start + BATCH, limit)],
+                                        "experiment": plan.experiment, "registry": registry, "bench": bench,
+                                        **parameters})
+                  for start in range(0, limit, BATCH)]
         sealed = [runner.submit(seal_generations, {"batch": batch, "registry": registry, "done": f"{operation}d"})
                   for batch in staged]
-        for future in sealed:
+        for batch, future in zip(staged, sealed, strict=True):
+            batch.result()  # a stage's own error, rather than its seal's "upstream failed"
             results.append(future.result())
             progress.advance(BATCH)
             release_free_memory()
