@@ -9,6 +9,7 @@ by Prefect for that stage only, and the run still seals every attempt once.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 from collections import Counter
@@ -97,7 +98,7 @@ def test_each_batch_shows_execute_grade_judge_seal_in_order(tmp_path: Path, serv
         names = [stage(run) for run in chain]
         assert names in (EVALUATE, [n for n in EVALUATE if n != "judge"]), names
         judged_batches += "judge" in names
-        for earlier, later in zip(chain, chain[1:], strict=False):
+        for earlier, later in itertools.pairwise(chain):
             assert earlier.end_time <= later.start_time, (stage(earlier), stage(later))
         assert all(run.state.is_completed() and run.run_count == 1 for run in chain)
     assert 0 < judged_batches < len(batches)  # a judge stage only where a case names a judge
