@@ -71,7 +71,7 @@ def night_markdown(record: SeriesRecord, record_digest: str) -> str:
                   f"{percent(c.after)} {interval_text(c.after_interval)} | {_points(c.change)} | {c.items} | "
                   f"{c.gains} | {c.losses} | {c.mcnemar_p:.4g} | {_points(c.difference)} "
                   f"{interval_text(c.interval, signed=True)} |" for c in comparison.candidates]
-        lines += ["", f"## {len(comparison.flips)} flipped attempts", ""]
+        lines += ["", f"## {len(comparison.flips)} flipped attempt{'' if len(comparison.flips) == 1 else 's'}", ""]
         if comparison.flips:
             lines += [f"| case | candidate | # | {before} | {record.label} | attempt {before} | "
                       f"attempt {record.label} |", "|---|---|---|---|---|---|---|"]
