@@ -221,3 +221,39 @@ def test_regrade_started_from_the_ui_lands_a_generation(stack: dict[str, Any], t
         finally:
             browser.close()
     assert generations(stack["registry"]).count((generation, version)) == 10
+
+
+def test_a_regression_night_fails_its_run_and_the_alert_automation_fires(
+        stack: dict[str, Any], listener: tuple[int, list[bytes]]) -> None:
+    """The operator's alert path: a notification block, the automation of ``deployments/alerts.py``, a night
+    whose candidate broke a canary case -> the deployment run is Failed and the block's webhook is called."""
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from deployments.alerts import AUTOMATION_NAME, install_alert
+
+    port, reached = listener
+    with temporary_settings(updates={PREFECT_API_URL: stack["api"]}):
+        CustomWebhookNotificationBlock(name="nightly", url=f"http://127.0.0.1:{port}/nightly-failed").save(
+            "nightly-alerts", overwrite=True)
+        install_alert("custom-webhook/nightly-alerts")
+        install_alert("custom-webhook/nightly-alerts")  # again: replaces, never duplicates
+    assert len(api_call(stack["api"], lambda c: c.read_automations_by_name(AUTOMATION_NAME))) == 1
+    config, spec = stack["config"], stack["config"].parent / "experiment.toml"
+    config.write_text(config.read_text() + '\n[series.regression]\ncanaries = ["off-by-one"]\n')
+    fixer = spec.parent / "agents" / "fixer.py"
+    broken = {"import CORRECT, apply": "import CORRECT, WRONG, apply",
+              "apply(CORRECT)": "apply({**CORRECT, 'mathutil.py': WRONG['mathutil.py']})"}  # off-by-one breaks
+    source = fixer.read_text()
+    for old, new in broken.items():
+        source = source.replace(old, new)
+    fixer.write_text(source)
+    request = {"experiment_path": str(spec), "registry_url": stack["registry"], "config_path": str(config),
+               "date": "2026-12-04", "concurrency": 2, "plan_dir": None}
+    night = run_deployment(stack["api"], "nightly/nightly", {"request": request})
+    assert night.state.is_failed(), night.state
+    assert "canary off-by-one: agent-fixer #0 went resolved -> grader_failure" in (night.state.message or "")
+    deadline = time.monotonic() + 120
+    while not any(b"/nightly-failed" in first for first in reached):
+        assert time.monotonic() < deadline, f"the automation sent nothing (saw {reached})"
+        time.sleep(1)
