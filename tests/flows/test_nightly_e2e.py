@@ -290,3 +290,24 @@ def test_an_unknown_canary_or_series_is_a_usage_error(series: dict[str, Any]) ->
     assert f"series here: {EXPERIMENT}" in " ".join(unknown.stderr.split())
     bad = tribunal("series", EXPERIMENT, "--registry", series["registry"], "--format", "md", env=series["env"])
     assert bad.returncode == 2 and "--format 'md': choose one of table, json, html" in bad.stderr
+
+
+def test_a_forged_clean_night_is_refused(series: dict[str, Any]) -> None:
+    """Attack: without the private key, append a newer record that rewrites night 3 as clean."""
+    from registry import NewEntry, SeriesRecord, SigningError, canonical_json
+
+    copy = series["root"] / "forged-reg"
+    shutil.copytree(series["registry"], copy)
+    store = Registry.open(str(copy))
+    newest = store.entries(role="series-record")[-1]
+    record = store.load(newest.digest, SeriesRecord)
+    assert record.label == NIGHTS[2] and record.regression
+    body = canonical_json(record.model_copy(update={"reasons": []}).model_dump(mode="json"))
+    forged = NewEntry(txn="forged:clean-night", role="series-record", experiment_id=EXPERIMENT,
+                      digest=store.put(body), size=len(body))
+    with pytest.raises(SigningError, match="signs its records"):
+        store.append([forged])  # tribunal's own writer refuses an unsigned record in a signed registry
+    store.manifest.append([forged])  # the forger goes below the Registry API
+    listed = tribunal("series", EXPERIMENT, "--registry", str(copy), "--format", "json", env=series["env"])
+    assert listed.returncode == 1 and listed.stdout == ""
+    assert "fail signature verification" in " ".join(listed.stderr.split())
