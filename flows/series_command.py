@@ -133,7 +133,7 @@ def render_night(record: SeriesRecord, record_digest: str) -> None:
                           + interval_text(change.interval, signed=True))
         out.print(table)
         flips = Table("case", "candidate", "#", before, record.label, f"attempt {before}", f"attempt {record.label}",
-                      title=f"{len(comparison.flips)} flipped attempts")
+                      title=f"{len(comparison.flips)} flipped attempt{'' if len(comparison.flips) == 1 else 's'}")
         for flip in comparison.flips:
             flips.add_row(flip.case_id, flip.candidate_id, str(flip.index), flip.before, flip.after,
                           flip.before_attempt, flip.after_attempt)
@@ -170,7 +170,8 @@ def series_command(
                       title=f"series {name}: {len(nights)} nights")
         for night in listing["nights"]:
             flag = regression_text(night["regression"])
-            table.add_row(night["label"], night["plan_hash"][:19] + "…", revisions_text(night), rates_text(night),
+            table.add_row(night["label"], night["plan_hash"][:19] + "…", revisions_text(night, "\n"),
+                          rates_text(night, "\n"),
                           f"[red]{flag}[/]" if night["regression"] else flag)
         out.print(table)
         return

@@ -160,12 +160,12 @@ def regression_text(flag: bool | None) -> str:
     return "not recorded" if flag is None else ("yes" if flag else "no")
 
 
-def revisions_text(night: dict[str, Any]) -> str:
+def revisions_text(night: dict[str, Any], separator: str = ", ") -> str:
     """A night's candidate revisions, ``agent-a v1.4.2, agent-b unknown``."""
-    return ", ".join(f"{name} {revision}" for name, revision in night["revisions"].items())
+    return separator.join(f"{name} {revision}" for name, revision in night["revisions"].items())
 
 
-def rates_text(night: dict[str, Any]) -> str:
+def rates_text(night: dict[str, Any], separator: str = "; ") -> str:
     """A night's pass rate and interval per candidate, or that its flow never recorded them."""
-    return "; ".join(f"{rate['candidate_id']} {percent(rate['pass_rate'])} {interval_text(rate['interval'])}"
-                     for rate in night["candidates"]) or "not recorded"
+    return separator.join(f"{rate['candidate_id']} {percent(rate['pass_rate'])} {interval_text(rate['interval'])}"
+                          for rate in night["candidates"]) or "not recorded"
