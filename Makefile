@@ -67,7 +67,7 @@ server: $(STAMP) bubblewrap
 	@mkdir -p $(DEMO_DIR)
 	@test -f $(DEMO_DIR)/plan.json || $(BIN)/tribunal plan freeze examples/demo/experiment.toml -o $(DEMO_DIR)/plan.json --registry $(DEMO_DIR)/registry
 	$(BIN)/python deployments/server.py --home $(DEMO_DIR)/prefect --port $(PORT) --plan $(DEMO_DIR)/plan.json \
-		--registry $(DEMO_DIR)/registry --config examples/demo/tribunal.toml
+		--experiment examples/demo/experiment.toml --registry $(DEMO_DIR)/registry --config examples/demo/tribunal.toml
 
 # Inspect AI, the regrade benchmark's peer, lives in its own venv: it is not a tribunal dependency.
 $(INSPECT_VENV)/.installed:

@@ -109,17 +109,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", type=Path, required=True, help="PREFECT_HOME of the server, worker and logs.")
     parser.add_argument("--port", type=int, default=4200)
-    parser.add_argument("--plan", required=True, help="Default plan of the deployments.")
+    parser.add_argument("--experiment", required=True, help="Default experiment.toml of the nightly deployment.")
+    parser.add_argument("--plan", required=True, help="Default plan of the regrade, rejudge and batch deployments.")
     parser.add_argument("--registry", required=True, help="Default registry URL of the deployments.")
     parser.add_argument("--config", required=True, help="Default tribunal.toml of the deployments.")
     options = parser.parse_args()
-    target = {"TRIBUNAL_PLAN": str(Path(options.plan).resolve()),
+    target = {"TRIBUNAL_EXPERIMENT": str(Path(options.experiment).resolve()),
+              "TRIBUNAL_PLAN": str(Path(options.plan).resolve()),
               "TRIBUNAL_CONFIG": str(Path(options.config).resolve()),
               "TRIBUNAL_REGISTRY": options.registry if "://" in options.registry
               else str(Path(options.registry).resolve())}
     print(f"starting Prefect (server, work pool {WORK_POOL!r}, deployments, worker) in {options.home} ...", flush=True)
     with operator_stack(options.home.resolve(), options.port, target) as url:
-        print(f"Prefect UI: {url}\n  deployments: nightly-evaluation (02:00 UTC), regrade, rejudge, doctor, "
+        print(f"Prefect UI: {url}\n  deployments: nightly (02:00 UTC), regrade, rejudge, doctor, "
               f"batch-grading\n  logs: {options.home}/server.log, {options.home}/worker.log\nCtrl-C stops everything.",
               flush=True)
         stop = {signal.SIGINT, signal.SIGTERM}

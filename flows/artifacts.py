@@ -21,7 +21,9 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
+from registry import SeriesRecord
 from tasks.report_formats import interval_text, to_markdown
+from tasks.series.render import night_markdown
 
 
 def artifact_key(prefix: str, experiment: str) -> str:
@@ -63,4 +65,13 @@ def publish_outcome(operation: str, report: dict[str, Any]) -> None:
     create_markdown_artifact(
         to_markdown(report), key=artifact_key("report", experiment),
         description=f"{operation} {experiment}: report {report['report_digest']} at head {report['manifest_head']}",
+    )
+
+
+def publish_night(record: SeriesRecord, record_digest: str) -> None:
+    """A night's comparison with the previous night (``night-<experiment>``), published whatever it decided."""
+    verdict = "REGRESSION" if record.regression else "no regression"
+    create_markdown_artifact(
+        night_markdown(record, record_digest), key=artifact_key("night", record.series),
+        description=f"nightly {record.series} {record.label}: {verdict} (series record {record_digest})",
     )

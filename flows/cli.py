@@ -38,6 +38,7 @@ from flows.console import (
 from flows.keys import key_app
 from flows.report_command import report_command
 from flows.requests import EvaluateRequest, RegradeRequest, RejudgeRequest, Runner
+from flows.series_command import nightly_command, series_command
 from flows.validate_command import validate_command
 from registry import (
     Config,
@@ -335,6 +336,8 @@ def selftest(
 app.command("report")(report_command)
 app.command("calibrate")(calibrate_command)
 app.command("validate")(validate_command)
+app.command("nightly")(nightly_command)
+app.command("series")(series_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -86,10 +86,16 @@ def table_text(built: dict[str, Any]) -> str:
 @contextmanager
 def flow_progress(title: str, plan: Plan, as_json: bool) -> Iterator[None]:
     """A Rich progress bar over the plan's attempts, fed by the flow's task threads."""
+    with attempts_progress(title, sum(1 for _ in plan.attempt_refs()), as_json):
+        yield
+
+
+@contextmanager
+def attempts_progress(title: str, total: int | None, as_json: bool) -> Iterator[None]:
+    """A Rich progress bar over ``total`` attempts (None: not known yet), fed by the flow's task threads."""
     from tasks.progress import listening
 
     quiet_prefect_failures()
-    total = sum(1 for _ in plan.attempt_refs())
     with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=err, disable=as_json) as bar:
         task = bar.add_task(title, total=total)
         with listening(lambda _status, count: bar.advance(task, count)):

@@ -9,6 +9,7 @@ started from the UI are the same call.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from enum import Enum
 from typing import Literal, TypeVar
@@ -53,6 +54,29 @@ class EvaluateRequest(Concurrent):
                               description="Worker processes of the LocalCluster (no Dask scheduler given).")
     retry_refused: bool = Field(False, title="Retry refused attempts",
                                 description="Run attempts that redaction refused again, as a new recorded try.")
+
+
+class NightlyRequest(BaseModel):
+    """Freeze tonight's plan from experiment.toml, run it, report, and compare it with the previous night."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    experiment_path: str = Field(title="Experiment",
+                                 description="experiment.toml; every night is frozen from it anew (SPEC §15).")
+    registry_url: str = Field(title="Registry", description="A directory or s3://bucket/prefix.")
+    config_path: str | None = Field(
+        None, title="Config", description="tribunal.toml; empty: $TRIBUNAL_CONFIG, else ./tribunal.toml.",
+    )
+    date: datetime.date | None = Field(None, title="Night",
+                                       description="The night's label (YYYY-MM-DD); empty: the run's scheduled "
+                                                   "date in UTC, so a rerun of a scheduled run is the same night.")
+    concurrency: int = Field(2, ge=1, le=256, title="Concurrency",
+                             description="Candidate and grader programs running at once.")
+    plan_dir: str | None = Field(None, title="Plan folder",
+                                 description="Also write the night's plan here as <experiment>-<date>.json (for "
+                                             "`tribunal report --plan`); empty: the registry keeps it alone.")
+    allow_outside: bool = Field(False, title="Allow inputs outside the experiment folder",
+                                description="As `tribunal plan freeze --allow-outside`.")
 
 
 class RegradeRequest(Concurrent):

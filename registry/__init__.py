@@ -17,7 +17,17 @@ from registry._calibration import (
 )
 from registry._canonical import canonical_json, digest, digest_json, is_digest, strict_json_loads
 from registry._chain import Finding, Pin
-from registry._config import CandidateEnv, Config, GraderProfile, JudgeConfig, RedactionConfig, find_config, load_config
+from registry._config import (
+    CandidateEnv,
+    Config,
+    GraderProfile,
+    JudgeConfig,
+    RedactionConfig,
+    RegressionRule,
+    SeriesConfig,
+    find_config,
+    load_config,
+)
 from registry._doctor import DoctorReport, check_named_objects, check_registry
 from registry._entry import ManifestEntry, NewEntry
 from registry._errors import (
@@ -85,6 +95,7 @@ from registry._records import (
 )
 from registry._registry import Registry, resolve_registry_url
 from registry._sandbox import SandboxConfig, SandboxProfile
+from registry._series import CandidateChange, Comparison, Flip, NightRate, SeriesRecord
 from registry._signatures import SigningStatus, ensure_signed
 from registry._signing import (
     KEY_ENV,
@@ -113,11 +124,13 @@ __all__ = [
     "CalibrationItem",
     "CalibrationRecord",
     "CalibrationSet",
+    "CandidateChange",
     "CandidateEnv",
     "CandidateResult",
     "CandidateTruth",
     "CanonicalJsonError",
     "CommitOutcomeUnknown",
+    "Comparison",
     "Config",
     "Contamination",
     "ControlGrading",
@@ -126,6 +139,7 @@ __all__ = [
     "EvidenceReceipt",
     "ExperimentRecord",
     "Finding",
+    "Flip",
     "Gate",
     "GraderInput",
     "GraderProfile",
@@ -143,6 +157,7 @@ __all__ = [
     "ManifestCorrupt",
     "ManifestEntry",
     "NewEntry",
+    "NightRate",
     "ObjectCorrupt",
     "ObjectMissing",
     "ObservedIdentity",
@@ -160,9 +175,12 @@ __all__ = [
     "Registry",
     "RegistryError",
     "RegistryRequired",
+    "RegressionRule",
     "Role",
     "SandboxConfig",
     "SandboxProfile",
+    "SeriesConfig",
+    "SeriesRecord",
     "Signer",
     "SigningError",
     "SigningKeyRecord",

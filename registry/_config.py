@@ -15,11 +15,11 @@ from pathlib import Path
 from re import _parser  # type: ignore[attr-defined]  # no typeshed stub for the private parser
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 from registry._calibration import Gate
 from registry._errors import SpecError
-from registry._models import Hex64, Strict, read_toml, validate_as
+from registry._models import Hex64, Name, Strict, read_toml, validate_as
 from registry._sandbox import SandboxConfig
 
 DEFAULT_CONFIG_NAME = "tribunal.toml"
@@ -107,6 +107,35 @@ class SigningConfig(Strict):
     """Resolved against the config's folder; ``$TRIBUNAL_SIGNING_KEY`` is used when unset."""
 
 
+class RegressionRule(Strict):
+    """``[series.regression]``: when a night is a regression against the previous night (SPEC §15).
+
+    Each threshold is optional; a night regresses when any given one is
+    crossed. A rule with none of them would never fire while looking like a
+    guard, so it is refused.
+    """
+
+    max_drop: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    """A candidate whose pass rate fell by more than this (0.05 = five points) regresses."""
+    paired_alpha: float | None = Field(None, gt=0, lt=1, allow_inf_nan=False)
+    """A candidate with more losses than gains on the paired items and an exact McNemar p below this regresses."""
+    canaries: list[Name] = []
+    """Case ids whose every flip to not resolved, for any candidate, is a regression."""
+
+    @model_validator(mode="after")
+    def _says_something(self) -> RegressionRule:
+        if self.max_drop is None and self.paired_alpha is None and not self.canaries:
+            raise ValueError("give at least one of max_drop, paired_alpha, canaries (or leave [series.regression] out)")
+        return self
+
+
+class SeriesConfig(Strict):
+    """``[series]``: how the ``nightly`` flow judges a night against the one before."""
+
+    regression: RegressionRule | None = None
+    """Absent: nights are compared and reported, never failed."""
+
+
 class Config(Strict):
     """The whole of ``tribunal.toml``, with relative paths resolved against its folder."""
 
@@ -117,6 +146,7 @@ class Config(Strict):
     candidate_timeout_s: Seconds = 1800
     sandbox: SandboxConfig = SandboxConfig()
     signing: SigningConfig = SigningConfig()
+    series: SeriesConfig = SeriesConfig()
 
 
 def _absolute(base: Path, value: object) -> object:

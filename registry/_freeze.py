@@ -150,10 +150,12 @@ def code_drift(plan: Plan, candidates: set[str]) -> list[str]:
     return drift
 
 
-def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: bool = False) -> tuple[Plan, bytes]:
+def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: bool = False,
+                      label: str | None = None) -> tuple[Plan, bytes]:
     """Validate, pin and store an experiment; return the plan and its canonical bytes.
 
-    ``allow_outside`` accepts repos, prompts and predictions outside the experiment's folder.
+    ``allow_outside`` accepts repos, prompts and predictions outside the experiment's folder. ``label``
+    names one run of a series (the ``nightly`` flow's date): it is part of the plan hash only when given.
     """
     spec = load_spec(spec_path, read_toml(spec_path))
     paths = _inputs(spec_path, spec, allow_outside)
@@ -198,6 +200,7 @@ def freeze_experiment(spec_path: Path, registry: Registry, *, allow_outside: boo
         "admit": spec.admit,
         "cases": cases,
         "candidates": candidates,
+        "label": label,
     }
     draft = Plan.model_validate({**body, "plan_hash": UNSET_HASH})
     plan = draft.model_copy(update={"plan_hash": compute_plan_hash(draft.model_dump(mode="json"))})

@@ -174,13 +174,22 @@ class Plan(Strict):
     """Left out of the canonical form when ``all``, so plans frozen before admission rules keep their hash."""
     cases: list[PlanCase]
     candidates: list[PlanCandidate]
+    label: Name | None = None
+    """The run label of a series plan (SPEC §15: the night's date, ``2026-12-03``); absent on other plans.
+
+    Two nights of unchanged inputs must be two plans (their attempts run
+    again), and a rerun of one night the same plan: the label is what differs.
+    """
     plan_hash: Digest
 
     @model_serializer(mode="wrap")
-    def _default_rule_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+    def _defaults_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """Plans frozen before admission rules or labels hash as they did: defaults are left out."""
         data: dict[str, object] = handler(self)
         if data.get("admit") == "all":
             del data["admit"]
+        if data.get("label") is None:
+            data.pop("label", None)
         return data
 
     def attempt_refs(self) -> Iterator[AttemptRef]:

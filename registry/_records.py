@@ -42,6 +42,7 @@ class Role(StrEnum):
     AUDIT_RECORD = "audit-record"
     PUBLICATION = "publication"
     VALIDATION_RECORD = "validation-record"
+    SERIES_RECORD = "series-record"
 
 
 class GraderResult(OmitNone):

@@ -35,7 +35,7 @@ SIGNING_KEY_ROLE = "signing-key"
 SIGNATURE_ROLE = "signature"
 SIGNED_ROLES = frozenset({
     Role.GRADER_RECEIPT, Role.EVIDENCE_RECEIPT, Role.MUTATION_RECEIPT, Role.EXPERIMENT_RECORD, Role.REPORT,
-    Role.AUDIT_RECORD, Role.PUBLICATION, Role.CALIBRATION_RECORD, Role.VALIDATION_RECORD,
+    Role.AUDIT_RECORD, Role.PUBLICATION, Role.CALIBRATION_RECORD, Role.VALIDATION_RECORD, Role.SERIES_RECORD,
 })
 """The records a verdict or a published number rests on; anything else is bound through them."""
 

@@ -81,7 +81,7 @@ def current_summaries(registry: Registry, plan: Plan, grader_version: str | None
     return found
 
 
-def _append_derived(registry: Registry, plan: Plan, role: Role, body: bytes, txn: str) -> str:
+def append_derived(registry: Registry, plan: Plan, role: Role, body: bytes, txn: str) -> str:
     """Store a derived record once: an existing txn means an equivalent record is already there."""
     existing = registry.find(txn)
     if existing is not None:
@@ -104,7 +104,7 @@ def seal_experiment_record(registry: Registry, plan: Plan,
     )
     body = canonical_json(record.model_dump(mode="json"))
     record_id = digest_json(record.model_dump(mode="json", exclude={"manifest_head"}))
-    record_digest = _append_derived(registry, plan, Role.EXPERIMENT_RECORD, body,
+    record_digest = append_derived(registry, plan, Role.EXPERIMENT_RECORD, body,
                                     f"record:{plan.plan_hash}:{record_id}")
     return record, record_digest
 
@@ -221,7 +221,7 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
                     "redaction_refused": len(refused),
                     "taxonomy": count_primary([a["failure_labels"] for a in attempts] + [["M"]] * len(unmeasured))},
     }
-    report_digest = _append_derived(registry, plan, Role.REPORT, canonical_json(body), f"report:{digest_json(body)}")
+    report_digest = append_derived(registry, plan, Role.REPORT, canonical_json(body), f"report:{digest_json(body)}")
     return {**body, "report_digest": report_digest}
 
 

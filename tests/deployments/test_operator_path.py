@@ -2,7 +2,7 @@
 
 One stack per module (``deployments/server.py``, as ``make server`` starts
 it) on a free loopback port with its own PREFECT_HOME. The nightly
-deployment evaluates the demo; regrades are started through the API and
+deployment runs one night of the demo's series; regrades are started through the API and
 through the UI in Debian's chromium (no browser download), and each must
 land a new grader generation in the registry.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from deployments.server import operator_stack
-from registry import Registry, Role, freeze_experiment
+from registry import Registry, Role
 from tests.helpers import DEMO, copy_demo, install_grader
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -72,21 +72,31 @@ def run_deployment(api: str, name: str, parameters: dict[str, Any] | None = None
         return start(name, parameters=parameters, timeout=RUN_TIMEOUT, poll_interval=1)
 
 
+NIGHT = "2026-12-03"
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Server + work pool + deployments + worker, and the demo evaluated by the nightly deployment."""
+    """Server + work pool + deployments + worker, and one night of the demo run by the nightly deployment.
+
+    The night is given as a parameter (not waited for): the request carries every
+    field, since Prefect merges parameters only at the top level.
+    """
     root = tmp_path_factory.mktemp("operator")
     spec = copy_demo(root / "exp")
     registry = str(root / "registry")
-    plan = root / "plan.json"
-    plan.write_bytes(freeze_experiment(spec, Registry.open(registry))[1])
+    plans = root / "plans"
+    plan = plans / f"demo-{NIGHT}.json"
     config = spec.parent / "tribunal.toml"
-    target = {"TRIBUNAL_PLAN": str(plan), "TRIBUNAL_REGISTRY": registry, "TRIBUNAL_CONFIG": str(config)}
+    target = {"TRIBUNAL_EXPERIMENT": str(spec), "TRIBUNAL_PLAN": str(plan), "TRIBUNAL_REGISTRY": registry,
+              "TRIBUNAL_CONFIG": str(config)}
     with started_stack(root / "prefect-home", target) as url:
-        nightly = run_deployment(f"{url}/api", "evaluate/nightly-evaluation")
+        request = {"experiment_path": str(spec), "registry_url": registry, "config_path": str(config),
+                   "date": NIGHT, "concurrency": 2, "plan_dir": str(plans)}
+        nightly = run_deployment(f"{url}/api", "nightly/nightly", {"request": request})
         assert nightly.state.is_completed(), nightly.state
         yield {"url": url, "api": f"{url}/api", "plan": str(plan), "registry": registry, "config": config,
-               "after_nightly": generations(registry)}
+               "after_nightly": generations(registry), "nightly": nightly}
 
 
 def generations(registry: str) -> list[tuple[int, str]]:
@@ -105,11 +115,18 @@ def next_grader(config: Path, registry: str) -> tuple[int, str]:
 
 
 def test_the_nightly_schedule_is_on_the_server(stack: dict[str, Any]) -> None:
-    deployment = api_call(stack["api"], lambda c: c.read_deployment_by_name("evaluate/nightly-evaluation"))
+    deployment = api_call(stack["api"], lambda c: c.read_deployment_by_name("nightly/nightly"))
     [schedule] = deployment.schedules
     assert (schedule.schedule.cron, schedule.schedule.timezone, schedule.active) == ("0 2 * * *", "UTC", True)
     assert deployment.parameters["request"]["registry_url"] == stack["registry"]
+    assert deployment.parameters["request"]["experiment_path"].endswith("experiment.toml")
+    assert "date" not in deployment.parameters["request"]  # a scheduled run is the night it was scheduled for
     assert len(stack["after_nightly"]) == 10 and {g for g, _ in stack["after_nightly"]} == {1}  # as the fixture saw it
+    run = api_call(stack["api"], lambda c: c.read_flow_run(stack["nightly"].id))
+    assert run.name == f"nightly-demo-{NIGHT}"
+    keys = {a.key for a in api_call(stack["api"], lambda c: c.read_artifacts()) if a.flow_run_id == run.id}
+    assert {"night-demo", "pass-rates-demo", "report-demo"} <= keys
+    assert Registry.open(stack["registry"]).entries(role="series-record")
 
 
 def test_regrade_started_through_the_api_lands_a_generation(stack: dict[str, Any]) -> None:
@@ -204,3 +221,39 @@ def test_regrade_started_from_the_ui_lands_a_generation(stack: dict[str, Any], t
         finally:
             browser.close()
     assert generations(stack["registry"]).count((generation, version)) == 10
+
+
+def test_a_regression_night_fails_its_run_and_the_alert_automation_fires(
+        stack: dict[str, Any], listener: tuple[int, list[bytes]]) -> None:
+    """The operator's alert path: a notification block, the automation of ``deployments/alerts.py``, a night
+    whose candidate broke a canary case -> the deployment run is Failed and the block's webhook is called."""
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from deployments.alerts import AUTOMATION_NAME, install_alert
+
+    port, reached = listener
+    with temporary_settings(updates={PREFECT_API_URL: stack["api"]}):
+        CustomWebhookNotificationBlock(name="nightly", url=f"http://127.0.0.1:{port}/nightly-failed").save(
+            "nightly-alerts", overwrite=True)
+        install_alert("custom-webhook/nightly-alerts")
+        install_alert("custom-webhook/nightly-alerts")  # again: replaces, never duplicates
+    assert len(api_call(stack["api"], lambda c: c.read_automations_by_name(AUTOMATION_NAME))) == 1
+    config, spec = stack["config"], stack["config"].parent / "experiment.toml"
+    config.write_text(config.read_text() + '\n[series.regression]\ncanaries = ["off-by-one"]\n')
+    fixer = spec.parent / "agents" / "fixer.py"
+    broken = {"import CORRECT, apply": "import CORRECT, WRONG, apply",
+              "apply(CORRECT)": "apply({**CORRECT, 'mathutil.py': WRONG['mathutil.py']})"}  # off-by-one breaks
+    source = fixer.read_text()
+    for old, new in broken.items():
+        source = source.replace(old, new)
+    fixer.write_text(source)
+    request = {"experiment_path": str(spec), "registry_url": stack["registry"], "config_path": str(config),
+               "date": "2026-12-04", "concurrency": 2, "plan_dir": None}
+    night = run_deployment(stack["api"], "nightly/nightly", {"request": request})
+    assert night.state.is_failed(), night.state
+    assert "canary off-by-one: agent-fixer #0 went resolved -> grader_failure" in (night.state.message or "")
+    deadline = time.monotonic() + 120
+    while not any(b"/nightly-failed" in first for first in reached):
+        assert time.monotonic() < deadline, f"the automation sent nothing (saw {reached})"
+        time.sleep(1)

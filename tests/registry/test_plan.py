@@ -139,3 +139,24 @@ def test_an_ambiguous_predictions_file_is_refused_at_freeze(tmp_path: Path, cont
     with pytest.raises(SpecError, match=rf"^{spec}: candidate\[4\]\.predictions: {where}"):
         freeze_experiment(spec, Registry.open(str(tmp_path / "reg")))
     assert not (tmp_path / "reg" / "log").exists()
+
+
+def test_a_label_changes_the_plan_hash_only_when_set(tmp_path: Path) -> None:
+    """A night of a series is its own plan (new attempt ids); an unlabelled plan keeps the bytes it always had,
+    and the same label over the same inputs freezes to the same plan, recorded once."""
+    from registry._plan import compute_plan_hash
+
+    spec = copy_demo(tmp_path / "exp")
+    registry = Registry.open(str(tmp_path / "reg"))
+    plain, plain_bytes = freeze_experiment(spec, registry)
+    night, night_bytes = freeze_experiment(spec, registry, label="2026-12-03")
+    again, again_bytes = freeze_experiment(spec, registry, label="2026-12-03")
+    other, _ = freeze_experiment(spec, registry, label="2026-12-04")
+    assert "label" not in json.loads(plain_bytes) and plain.label is None
+    body = json.loads(night_bytes)
+    assert body["label"] == "2026-12-03"
+    assert compute_plan_hash({key: value for key, value in body.items() if key != "label"}) == plain.plan_hash
+    assert len({plain.plan_hash, night.plan_hash, other.plan_hash}) == 3
+    assert (again.plan_hash, again_bytes) == (night.plan_hash, night_bytes)
+    assert len(registry.entries(role="plan")) == 3
+    assert {ref.attempt_id for ref in night.attempt_refs()}.isdisjoint(ref.attempt_id for ref in plain.attempt_refs())
