@@ -45,11 +45,11 @@ test: $(STAMP) chromium bubblewrap
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
-# Refresh the README's screenshot of a regrade started from the Prefect UI (the browser test, writing
-# into the tracked docs/; `make test` leaves it alone and saves its screenshot in a temporary folder).
+# Refresh the README's screenshots of the Prefect UI (a regrade started from the UI, a nightly run's stages: the
+# browser tests, writing into the tracked docs/; `make test` leaves them alone and saves into a temporary folder).
 screenshot: $(STAMP) chromium bubblewrap
-	TRIBUNAL_SCREENSHOT=$(abspath docs/operator-regrade.png) $(BIN)/python -m pytest -q \
-		tests/deployments/test_operator_path.py -k test_regrade_started_from_the_ui_lands_a_generation
+	TRIBUNAL_SCREENSHOTS=$(abspath docs) $(BIN)/python -m pytest -q tests/deployments/test_operator_path.py \
+		-k "test_regrade_started_from_the_ui_lands_a_generation or test_a_nightly_run_page_shows_the_pipeline_stages"
 
 # The browser test drives Debian's chromium (never a downloaded browser).
 chromium:

@@ -26,8 +26,8 @@ from registry import Registry, Role
 from tests.helpers import DEMO, copy_demo, install_grader
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SCREENSHOT_ENV = "TRIBUNAL_SCREENSHOT"
-"""Where the browser test saves its screenshot; unset, a temporary folder (`make screenshot` sets the README's)."""
+SCREENSHOT_ENV = "TRIBUNAL_SCREENSHOTS"
+"""The folder where the browser tests save their screenshots; unset, a temporary one (`make screenshot`: docs/)."""
 RUN_TIMEOUT = 300
 STACK_ATTEMPTS = 3
 
@@ -185,42 +185,63 @@ def show_tab(page: Any, tab: str, locator: Any) -> None:
         assert time.monotonic() < deadline, f"{locator} did not appear in tab {tab} of {page.url}"
 
 
-def test_regrade_started_from_the_ui_lands_a_generation(stack: dict[str, Any], tmp_path: Path) -> None:
+@contextmanager
+def browser_page() -> Iterator[Any]:
+    """A page of Debian's chromium, as an operator's browser."""
     from playwright.sync_api import sync_playwright
 
     assert Path(CHROMIUM).exists(), "chromium is missing: `make test` installs Debian's chromium and chromium-driver"
-    generation, version = next_grader(stack["config"], stack["registry"])
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
             "--disable-component-update", "--disable-sync"])
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1100})
-            page.goto(f"{stack['url']}/deployments")
-            page.get_by_role("link", name="regrade", exact=True).first.click()
-            page.wait_for_url("**/deployments/deployment/**")
-            page.get_by_role("button", name="Run", exact=True).click()
-            page.get_by_text("Custom run", exact=True).click()
-            page.wait_for_url("**/run**")
-            fill = {"plan.json written by": stack["plan"], "A directory or s3://bucket/prefix.": stack["registry"],
-                    "tribunal.toml; empty:": str(stack["config"])}
-            for description, value in fill.items():
-                page.get_by_text(description).first.locator("xpath=following::textarea[1]").fill(value)
-            profile = page.get_by_text("Grade every attempt with this profile")
-            profile.locator("xpath=following::button[normalize-space(.)='str'][1]").click()
-            profile.locator("xpath=following::textarea[1]").fill("unit-tests")
-            page.get_by_role("button", name="Submit", exact=True).click()
-            page.wait_for_url("**tab=Runs")
-            appear(page, page.get_by_role("link", name=f"regrade-demo-{version}")).click()
-            page.wait_for_url("**/runs/flow-run/**")
-            appear(page, page.get_by_text("Completed", exact=True))
-            show_tab(page, "Artifacts", page.get_by_text("pass-rates-demo"))
-            screenshot = Path(os.environ.get(SCREENSHOT_ENV) or tmp_path / "operator-regrade.png")
-            screenshot.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(screenshot))
+            yield browser.new_page(viewport={"width": 1400, "height": 1100})
         finally:
             browser.close()
+
+
+def screenshot(page: Any, tmp_path: Path, name: str) -> None:
+    folder = Path(os.environ.get(SCREENSHOT_ENV) or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / name))
+
+
+def test_regrade_started_from_the_ui_lands_a_generation(stack: dict[str, Any], tmp_path: Path) -> None:
+    generation, version = next_grader(stack["config"], stack["registry"])
+    with browser_page() as page:
+        page.goto(f"{stack['url']}/deployments")
+        page.get_by_role("link", name="regrade", exact=True).first.click()
+        page.wait_for_url("**/deployments/deployment/**")
+        page.get_by_role("button", name="Run", exact=True).click()
+        page.get_by_text("Custom run", exact=True).click()
+        page.wait_for_url("**/run**")
+        fill = {"plan.json written by": stack["plan"], "A directory or s3://bucket/prefix.": stack["registry"],
+                "tribunal.toml; empty:": str(stack["config"])}
+        for description, value in fill.items():
+            page.get_by_text(description).first.locator("xpath=following::textarea[1]").fill(value)
+        profile = page.get_by_text("Grade every attempt with this profile")
+        profile.locator("xpath=following::button[normalize-space(.)='str'][1]").click()
+        profile.locator("xpath=following::textarea[1]").fill("unit-tests")
+        page.get_by_role("button", name="Submit", exact=True).click()
+        page.wait_for_url("**tab=Runs")
+        appear(page, page.get_by_role("link", name=f"regrade-demo-{version}")).click()
+        page.wait_for_url("**/runs/flow-run/**")
+        appear(page, page.get_by_text("Completed", exact=True))
+        show_tab(page, "Artifacts", page.get_by_text("pass-rates-demo"))
+        screenshot(page, tmp_path, "operator-regrade.png")
     assert generations(stack["registry"]).count((generation, version)) == 10
+
+
+def test_a_nightly_run_page_shows_the_pipeline_stages(stack: dict[str, Any], tmp_path: Path) -> None:
+    """The operator opens last night's run: its task runs are the night's stages, named as the design names them."""
+    with browser_page() as page:
+        page.goto(f"{stack['url']}/runs/flow-run/{stack['nightly'].id}")
+        appear(page, page.get_by_text(f"nightly-demo-{NIGHT}"))
+        for name in ("freeze-night", "execute-candidates", "grade", "seal", "compare-nights"):
+            show_tab(page, "Task Runs", page.get_by_text(f"{name}-", exact=False))
+        assert not page.get_by_text("evaluate-attempts", exact=False).first.is_visible()
+        screenshot(page, tmp_path, "nightly-run.png")
 
 
 def test_a_regression_night_fails_its_run_and_the_alert_automation_fires(
