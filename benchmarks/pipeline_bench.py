@@ -95,7 +95,13 @@ def task_runs(flow_run_id: Any) -> int:
 
     async def count() -> int:
         async with get_client() as client:
-            return await client.count_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+            seen, page = 0, 200
+            while True:  # the API hands out at most ``page`` runs a call
+                runs = await client.read_task_runs(
+                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])), limit=page, offset=seen)
+                seen += len(runs)
+                if len(runs) < page:
+                    return seen
 
     return asyncio.run(count())
 
