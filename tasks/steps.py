@@ -33,7 +33,7 @@ from tasks.execution.workbench import Workbench
 from tasks.progress import attempt_done
 from tasks.regrade import RegradeOutcome, StagedOutcome, seal_outcome, stage_regrade
 from tasks.rejudge import IntentOpen, stage_rejudge
-from tasks.retain import stored_attempt
+from tasks.retain import RetainedAttempt, stored_attempt
 from tasks.stages import Executed, Staged, execute_attempt, grade_attempt, judge_retained, seal
 
 P = ParamSpec("P")
@@ -88,27 +88,28 @@ def execute_candidates(contracts: list[AttemptContract], states: dict[str, Attem
 def grade_candidates(executed: Executed, contracts: list[AttemptContract], states: dict[str, AttemptState],
                      config: Config, registry: Registry, bench: Workbench) -> list[Staged]:
     """Grade each retained attempt of a batch not graded yet, from its stored evidence; stage its records."""
-    states = _resumed(states, registry, contracts[0].experiment, contracts)
-    return [
-        grade_attempt(stored_attempt(registry, contract, executed.retained[contract.attempt_id]), config, registry,
-                      bench)
-        for contract in contracts
-        if contract.attempt_id in executed.retained and not _has(states, contract.attempt_id, "sealed")
-    ]
+    return _each_retained(executed, contracts, states, registry, "sealed",
+                          lambda retained: grade_attempt(retained, config, registry, bench))
 
 
 @step("judge")
 def judge_candidates(executed: Executed, contracts: list[AttemptContract], states: dict[str, AttemptState],
                      config: Config, registry: Registry, bench: Workbench) -> list[Staged]:
     """Judge each retained attempt of a batch whose case names a judge and that is not judged yet; stage it."""
+    judged = [contract for contract in contracts if contract.judge is not None]
+    return _each_retained(executed, judged, states, registry, "judged",
+                          lambda retained: judge_retained(retained, config, registry, bench))
+
+
+def _each_retained(executed: Executed, contracts: list[AttemptContract], states: dict[str, AttemptState],
+                   registry: Registry, done: str, stage: Callable[[RetainedAttempt], Staged]) -> list[Staged]:
+    """``stage`` over the stored evidence of each retained attempt whose state is not ``done`` yet."""
+    if not contracts:
+        return []
     states = _resumed(states, registry, contracts[0].experiment, contracts)
-    return [
-        judge_retained(stored_attempt(registry, contract, executed.retained[contract.attempt_id]), config, registry,
-                       bench)
-        for contract in contracts
-        if contract.judge is not None and contract.attempt_id in executed.retained
-        and not _has(states, contract.attempt_id, "judged")
-    ]
+    return [stage(stored_attempt(registry, contract, executed.retained[contract.attempt_id]))
+            for contract in contracts
+            if contract.attempt_id in executed.retained and not _has(states, contract.attempt_id, done)]
 
 
 @step("seal")
