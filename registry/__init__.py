@@ -18,7 +18,7 @@ from registry._calibration import (
 from registry._canonical import canonical_json, digest, digest_json, is_digest, strict_json_loads
 from registry._chain import Finding, Pin
 from registry._config import CandidateEnv, Config, GraderProfile, JudgeConfig, RedactionConfig, find_config, load_config
-from registry._doctor import DoctorReport, check_named_objects, check_registry
+from registry._doctor import DoctorReport, Inspection, check_named_objects, check_registry, inspect_registry
 from registry._entry import ManifestEntry, NewEntry
 from registry._errors import (
     CanonicalJsonError,
@@ -96,6 +96,7 @@ from registry._signing import (
     resolve_key_file,
     write_private_key,
 )
+from registry._sweep import attempt_batches, sweep_batch
 from registry._validation import ControlGrading, ValidationRecord, ValidationStatus, case_status
 
 __all__ = [
@@ -132,6 +133,7 @@ __all__ = [
     "GraderReceipt",
     "GraderResult",
     "Head",
+    "Inspection",
     "IntentRecovery",
     "JudgeConfig",
     "JudgeFailure",
@@ -173,6 +175,7 @@ __all__ = [
     "UsageError",
     "ValidationRecord",
     "ValidationStatus",
+    "attempt_batches",
     "attempt_id",
     "blinded_candidate",
     "calibration_record",
@@ -189,6 +192,7 @@ __all__ = [
     "expand_path",
     "find_config",
     "freeze_experiment",
+    "inspect_registry",
     "is_digest",
     "judge_policy",
     "load_config",
@@ -201,6 +205,7 @@ __all__ = [
     "resolve_key_file",
     "resolve_registry_url",
     "strict_json_loads",
+    "sweep_batch",
     "tune_allocators",
     "write_private_key",
 ]

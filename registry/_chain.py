@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
 from registry._canonical import is_digest
-from registry._entry import entry_hash
+from registry._entry import entry_hash_mismatches
 from registry._errors import UsageError
 
 
@@ -101,39 +101,40 @@ def check_links(table: pa.Table, start_seq: int = 0, start_prev: str | None = No
 
 def check_entry_hashes(table: pa.Table) -> list[Finding]:
     """Recompute every entry hash; an edited entry no longer matches its own."""
-    findings = []
-    for row in table.to_pylist():
-        if entry_hash(row) != row["entry_hash"]:
-            findings.append(
-                Finding(
-                    kind="entry-hash-mismatch",
-                    seq=row["seq"],
-                    message=f"seq {row['seq']}: fields were changed after the entry was written",
-                )
-            )
-    return findings
+    seqs = table.column("seq")
+    return [
+        Finding(kind="entry-hash-mismatch", seq=seq,
+                message=f"seq {seq}: fields were changed after the entry was written")
+        for seq in (seqs[i].as_py() for i in entry_hash_mismatches(table))
+    ]
 
 
-def check_commit_placement(commits: Iterable[tuple[int, pa.Table]]) -> list[Finding]:
-    """Check that commit files are numbered 0,1,2,... and hold the commit they are named for."""
-    findings: list[Finding] = []
-    expected = 0
-    for version, table in commits:
-        for missing in range(expected, version):
-            findings.append(
-                Finding(kind="commit-missing", version=missing, message=f"commit {missing} is missing from the log")
-            )
+def check_commit_placement(versions: list[int], counts: list[int], commits: pa.ChunkedArray | pa.Array,
+                           expected: int = 0) -> list[Finding]:
+    """Check that commit files are numbered ``expected``, ``expected + 1``, ... and hold the commit they are named for.
+
+    ``versions`` are the readable commit files in order, ``counts`` how many
+    entries each holds and ``commits`` the ``commit`` column of those entries,
+    file after file. Findings come in version order.
+    """
+    findings: list[tuple[int, Finding]] = []
+    for version in versions:
+        findings += [(missing, Finding(kind="commit-missing", version=missing,
+                                       message=f"commit {missing} is missing from the log"))
+                     for missing in range(expected, version)]
         expected = version + 1
-        stored = set(table.column("commit").to_pylist())
-        if stored != {version}:
-            findings.append(
-                Finding(
-                    kind="commit-misplaced",
-                    version=version,
-                    message=f"log file of commit {version} holds entries of commit(s) {sorted(stored)}",
-                )
-            )
-    return findings
+    owners = pa.array([version for version, count in zip(versions, counts, strict=True) for _ in range(count)],
+                      pa.int64())
+    stored = pc.cast(commits, pa.int64())
+    held: dict[int, set[int]] = {version: set() for version, count in zip(versions, counts, strict=True) if not count}
+    for i in _positions(pc.not_equal(stored, owners)):
+        held.setdefault(owners[i].as_py(), set())
+    for version in held:
+        held[version] = set(stored.filter(pc.equal(owners, version)).to_pylist())
+    findings += [(version, Finding(kind="commit-misplaced", version=version,
+                                   message=f"log file of commit {version} holds entries of commit(s) {sorted(found)}"))
+                 for version, found in held.items()]
+    return [finding for _, finding in sorted(findings, key=lambda pair: pair[0])]
 
 
 def check_segment(table: pa.Table, first: int, last: int, last_commit: pa.Table) -> list[Finding]:
@@ -163,11 +164,14 @@ def check_segment(table: pa.Table, first: int, last: int, last_commit: pa.Table)
 
 
 def check_pins(table: pa.Table, pins: Iterable[Pin]) -> list[Finding]:
-    """Compare recorded heads with the chain: a consistent tail rewrite changes a pinned hash."""
-    by_seq = dict(zip(table.column("seq").to_pylist(), table.column("entry_hash").to_pylist(), strict=True))
+    """Compare recorded heads with the chain: a consistent tail rewrite changes a pinned hash.
+
+    Of a seq that appears more than once (a finding of its own), the last row counts.
+    """
     findings = []
     for pin in pins:
-        found = by_seq.get(pin.seq)
+        held = table.filter(pc.equal(table.column("seq"), pin.seq)).column("entry_hash")
+        found = held[-1].as_py() if len(held) else None
         if found is None:
             findings.append(
                 Finding(kind="pin-missing", seq=pin.seq, message=f"pinned seq {pin.seq} is no longer in the manifest")

@@ -7,11 +7,17 @@ address, so a flipped byte is an error, never silently served.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+from pydantic import BaseModel
 
 from registry._canonical import DIGEST_PREFIX, digest, is_digest
 from registry._errors import ObjectCorrupt, ObjectMissing, RegistryError
 from registry._storage import Storage
+
+M = TypeVar("M", bound=BaseModel)
 
 OBJECTS_DIR = "objects/sha256"
 
@@ -46,6 +52,14 @@ class ObjectStore:
             raise ObjectCorrupt(f"object {object_digest}: stored bytes do not match the address")
         return data
 
+    def load(self, object_digest: str, model: type[M]) -> M:
+        """The stored record as ``model``, parsed by pydantic's JSON reader (bytes verified first)."""
+        return model.model_validate_json(self.get(object_digest))
+
+    def load_decoded(self, object_digest: str, model: type[M]) -> M:
+        """The stored record as ``model``, from ``json.loads`` (the reading doctor's receipt audit has always used)."""
+        return model.model_validate(json.loads(self.get(object_digest)))
+
     def exists(self, object_digest: str) -> bool:
         """Tell whether the store holds ``object_digest`` (without verifying it)."""
         return self.storage.exists(object_key(object_digest))
@@ -55,3 +69,56 @@ class ObjectStore:
         for fan_out in self.storage.list(OBJECTS_DIR):
             for name in self.storage.list(f"{OBJECTS_DIR}/{fan_out}"):
                 yield DIGEST_PREFIX + name
+
+
+class ReadOnce(ObjectStore):
+    """The objects one batch of doctor's checks reads, each read, verified and parsed once.
+
+    Doctor's checks of one attempt (receipts, judgements, bindings,
+    re-derivation, signatures) read many of the same records; each used to
+    read and parse them again. Objects are immutable by address and this store
+    lives for one batch of one doctor process, so nothing read here can go
+    stale; a later doctor run reads the bytes afresh. A failed read or parse is
+    not kept: it raises again, the same way, when asked again.
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        super().__init__(storage)
+        self._bytes: dict[str, bytes] = {}
+        self.damaged: dict[str, bool] = {}
+        """Objects read that failed: True when the bytes differ from their address, False when absent."""
+        self._records: dict[tuple[str, type[BaseModel], bool], BaseModel] = {}
+
+    def prefetch(self, digests: Iterable[str]) -> None:
+        """Read every object of ``digests`` not read yet, in one batch (names that are no digest are left to
+        ``get``, which refuses them as the store always has)."""
+        wanted = [d for d in dict.fromkeys(digests) if is_digest(d) and d not in self._bytes and d not in self.damaged]
+        for object_digest, data in zip(wanted, self.storage.read_many([object_key(d) for d in wanted]), strict=True):
+            if data is not None and digest(data) == object_digest:
+                self._bytes[object_digest] = data
+            else:
+                self.damaged[object_digest] = data is not None
+
+    def get(self, object_digest: str) -> bytes:
+        object_key(object_digest)
+        if object_digest not in self._bytes and object_digest not in self.damaged:
+            self.prefetch([object_digest])
+        if object_digest in self.damaged:
+            if self.damaged[object_digest]:
+                raise ObjectCorrupt(f"object {object_digest}: stored bytes do not match the address")
+            raise ObjectMissing(f"object {object_digest} is not in the registry")
+        return self._bytes[object_digest]
+
+    def load(self, object_digest: str, model: type[M]) -> M:
+        return self._record(object_digest, model, True)
+
+    def load_decoded(self, object_digest: str, model: type[M]) -> M:
+        return self._record(object_digest, model, False)
+
+    def _record(self, object_digest: str, model: type[M], json_reader: bool) -> M:
+        key = (object_digest, model, json_reader)
+        found = self._records.get(key)
+        if found is None:
+            read = super().load if json_reader else super().load_decoded
+            found = self._records[key] = read(object_digest, model)
+        return found  # type: ignore[return-value]

@@ -1,0 +1,109 @@
+"""Doctor's one pass over the objects the manifest names, a batch of attempts at a time (SPEC §8, §12). No Prefect.
+
+Every entry's object is read and verified against its address once, every
+signature is checked as its batch is read, and the caller's checks of one
+attempt (``visit``: receipts, judgements, bindings and re-derivation in
+``tasks/audit.py``) read through the same ``ReadOnce`` store instead of
+reading each record again. Batches share nothing, so they may run in worker
+processes (``registry._workers``); results come back in batch order, which
+keeps findings in the order one process would give them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from registry._chain import Finding
+from registry._entry import ManifestEntry
+from registry._errors import RegistryError
+from registry._registry import Registry
+from registry._signatures import SubjectKey, parse_signature, vouch
+from registry._signing import SIGNATURE_ROLE, Signature
+
+BATCH_ATTEMPTS = 500
+"""Attempts per batch: enough to amortize a batch's set-up, few enough that its records stay small in memory."""
+
+T = TypeVar("T")
+Visit = Callable[[Registry, list[ManifestEntry]], T]
+"""A check of one attempt's entries (in seq order), reading through the batch's store."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Consecutive groups of entries: one group per attempt, or the entries that name no attempt."""
+
+    rows: pa.Table
+    bounds: list[int]
+    """Group i is ``rows[bounds[i]:bounds[i + 1]]``, in seq order."""
+
+
+@dataclass
+class Swept(Generic[T]):
+    """What one batch found: damaged objects, the subjects its signatures vouch for, and each visit's result."""
+
+    damaged: dict[str, bool]
+    """Objects that failed to read: True when their bytes differ from their address, False when absent."""
+    vouched: set[SubjectKey] = field(default_factory=set)
+    signature_findings: list[Finding] = field(default_factory=list)
+    visited: list[T] = field(default_factory=list)
+
+
+def attempt_batches(table: pa.Table, per_batch: int = BATCH_ATTEMPTS) -> Iterator[Batch]:
+    """``table``'s entries grouped by attempt, attempts in the order of their first entry, ``per_batch`` at a time;
+    the entries of no attempt come last, as one group."""
+    valid = pc.is_valid(table.column("attempt_id"))
+    rows = pc.indices_nonzero(valid)
+    attempts = table.column("attempt_id").filter(valid)
+    order = pc.sort_indices(pa.table({"attempt": attempts, "row": rows}),
+                            [("attempt", "ascending"), ("row", "ascending")])
+    rows, attempts = rows.take(order), attempts.take(order)
+    changes = pc.not_equal(attempts.slice(1), attempts.slice(0, max(0, len(attempts) - 1)))
+    starts = [0, *(int(i) + 1 for i in pc.indices_nonzero(changes).to_pylist())] if len(rows) else []
+    groups = list(itertools.pairwise([*starts, len(rows)]))
+    firsts = rows.take(pa.array(starts, pa.int64())).to_pylist() if starts else []
+    groups = [group for _, group in sorted(zip(firsts, groups, strict=True))]
+    for start in range(0, len(groups), per_batch):
+        chosen = groups[start : start + per_batch]
+        yield _batch(table, [rows.slice(first, last - first) for first, last in chosen])
+    loose = pc.indices_nonzero(pc.invert(valid))
+    if len(loose):
+        yield _batch(table, [loose])
+
+
+def _batch(table: pa.Table, groups: list[pa.Array]) -> Batch:
+    bounds = [0, *itertools.accumulate(len(group) for group in groups)]
+    return Batch(table.take(pa.concat_arrays(groups)), bounds)
+
+
+def sweep_batch(registry: Registry, batch: Batch, trusted: dict[str, bytes] | None, visit: Visit[T] | None,
+                scope: frozenset[str] | None = None) -> Swept[T]:
+    """Read every object the batch names once; check its signatures against ``trusted`` (None: not now);
+    ``visit`` each attempt's group in ``scope`` (default: all; the group of no attempt is only read and checked)."""
+    view, store = registry.reading_once()
+    store.prefetch(batch.rows.column("digest").to_pylist())
+    entries = [ManifestEntry.model_construct(**row) for row in batch.rows.to_pylist()]
+    swept: Swept[T] = Swept(damaged={})
+    if trusted is not None:
+        signatures = ((entry.seq, entry.digest, _signature(view, entry.digest))
+                      for entry in entries if entry.role == SIGNATURE_ROLE)
+        swept.vouched, swept.signature_findings = vouch(signatures, trusted)
+    if visit is not None:
+        for first, last in itertools.pairwise(batch.bounds):
+            attempt = entries[first].attempt_id
+            if attempt is not None and (scope is None or attempt in scope):
+                swept.visited.append(visit(view, entries[first:last]))
+    swept.damaged = dict(store.damaged)
+    return swept
+
+
+def _signature(view: Registry, object_digest: str) -> Signature | None:
+    try:
+        return parse_signature(view.get(object_digest))
+    except RegistryError:
+        return None  # missing or corrupt: the object checks name it, and it vouches for nothing
