@@ -66,22 +66,37 @@ def check_links(table: pa.Table, start_seq: int = 0, start_prev: str | None = No
     """Check seq contiguity and prev links of entries that should start at ``start_seq``."""
     if table.num_rows == 0:
         return []
-    seq = table.column("seq").combine_chunks()
-    prev = table.column("prev_hash").combine_chunks()
-    own = table.column("entry_hash").combine_chunks()
-    findings: list[Finding] = []
-    first = seq[0].as_py()
+    steps, links = inner_links(table)
+    return start_links(table, start_seq, start_prev) + steps + links
+
+
+def start_links(table: pa.Table, start_seq: int, start_prev: str | None) -> list[Finding]:
+    """Whether a non-empty table's first entry is seq ``start_seq`` and names ``start_prev`` before it."""
+    first = table.column("seq")[0].as_py()
+    findings = []
     if first != start_seq:
         findings.append(
             Finding(kind="seq-gap", seq=first, message=f"expected seq {start_seq} but found {first}")
         )
-    if prev[0].as_py() != start_prev:
+    if table.column("prev_hash")[0].as_py() != start_prev:
         findings.append(
             Finding(kind="prev-link-broken", seq=first,
                     message=f"seq {first}: prev_hash does not name the entry before it")
         )
-    steps = pc.subtract(seq.slice(1), seq.slice(0, len(seq) - 1))
-    for i in _positions(pc.not_equal(steps, 1)):
+    return findings
+
+
+def inner_links(table: pa.Table) -> tuple[list[Finding], list[Finding]]:
+    """Between each entry and the next: the seq step (findings first) and the prev link (findings second).
+
+    A log read in pieces is checked piece by piece and at each seam (a table
+    of the two entries either side), which gives the same findings as one table.
+    """
+    seq = table.column("seq").combine_chunks()
+    prev = table.column("prev_hash").combine_chunks()
+    own = table.column("entry_hash").combine_chunks()
+    steps: list[Finding] = []
+    for i in _positions(pc.not_equal(pc.subtract(seq.slice(1), seq.slice(0, max(0, len(seq) - 1))), 1)):
         before, after = seq[i].as_py(), seq[i + 1].as_py()
         if after == before:
             kind, message = "duplicate-entry", f"seq {after} appears more than once"
@@ -89,14 +104,14 @@ def check_links(table: pa.Table, start_seq: int = 0, start_prev: str | None = No
             kind, message = "entries-out-of-order", f"seq {after} comes after seq {before}"
         else:
             kind, message = "seq-gap", f"seqs {before + 1}..{after - 1} are missing"
-        findings.append(Finding(kind=kind, seq=after, message=message))
-    links = pc.equal(prev.slice(1), own.slice(0, len(own) - 1))
-    for i in _positions(pc.invert(pc.fill_null(links, False))):
+        steps.append(Finding(kind=kind, seq=after, message=message))
+    links = []
+    for i in _positions(pc.invert(pc.fill_null(pc.equal(prev.slice(1), own.slice(0, max(0, len(own) - 1))), False))):
         at = seq[i + 1].as_py()
-        findings.append(
+        links.append(
             Finding(kind="prev-link-broken", seq=at, message=f"seq {at}: prev_hash does not name the entry before it")
         )
-    return findings
+    return steps, links
 
 
 def check_entry_hashes(table: pa.Table) -> list[Finding]:

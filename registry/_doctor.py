@@ -1,17 +1,18 @@
-"""``tribunal doctor`` over the registry itself: chain, commits, segments, objects.
+"""``tribunal doctor`` over the registry itself: chain, commits, segments, objects, signatures.
 
 Doctor reads the raw commits, never the cached or compacted view, because it
-must report a broken chain rather than refuse it. Every problem becomes a
-named ``Finding``; later layers (receipts, judgements) add their own checks
-on top of this report.
+must report a broken chain rather than refuse it (``_log``). Every problem
+becomes a named ``Finding``. The checks of later layers (receipts,
+judgements, re-derivation in ``tasks``) ride on the same pass over the
+objects (``_sweep``), so each object is read once; the pieces of both passes
+run on every core (``_workers``).
 """
 
 from __future__ import annotations
 
-import bisect
-import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Generic, TypeVar
 
 import pyarrow as pa
@@ -19,17 +20,16 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
 from registry._canonical import DIGEST_PREFIX, digest, is_digest
-from registry._chain import Finding, Pin, check_commit_placement, check_entry_hashes, check_links, check_pins
-from registry._entry import ENTRY_SCHEMA
-from registry._errors import ManifestCorrupt
-from registry._layout import LOG_DIR, commit_key, commit_version, list_segments, segment_key, stray_files
-from registry._manifest import READ_BATCH, Head, decode_table
+from registry._chain import Finding, Pin, check_pins
+from registry._layout import stray_files
+from registry._log import commit_versions, read_log
+from registry._manifest import READ_BATCH, Head
 from registry._objects import OBJECTS_DIR, object_key
 from registry._registry import Registry
 from registry._signatures import SigningStatus, SubjectKey, signing_trust, trust_roots, unvouched
 from registry._sweep import Visit, attempt_batches, sweep_batch
+from registry._workers import Workers
 
-MERGE_COMMITS = 4096
 T = TypeVar("T")
 
 
@@ -50,79 +50,6 @@ class DoctorReport(BaseModel):
     @property
     def clean(self) -> bool:
         return not self.findings
-
-
-def _all_commit_versions(registry: Registry) -> list[int]:
-    versions = []
-    for bucket in registry.storage.list(LOG_DIR):
-        found = (commit_version(bucket, name) for name in registry.storage.list(f"{LOG_DIR}/{bucket}"))
-        versions += [version for version in found if version is not None]
-    return sorted(versions)
-
-
-@dataclass(frozen=True)
-class RawLog:
-    """Every readable commit file, decoded: the entries in file order and where each file's rows start."""
-
-    versions: list[int]
-    offsets: list[int]
-    """``offsets[i]`` is the first row of ``versions[i]``; the last offset is the row count."""
-    table: pa.Table
-
-    def rows_of(self, first: int, last: int) -> tuple[int, pa.Table]:
-        """How many commit files of ``first..last`` were read, and their entries."""
-        lo, hi = bisect.bisect_left(self.versions, first), bisect.bisect_right(self.versions, last)
-        return hi - lo, self.table.slice(self.offsets[lo], self.offsets[hi] - self.offsets[lo])
-
-
-def _read_log(registry: Registry, findings: list[Finding]) -> RawLog:
-    """Decode every commit file, in batches (one storage round trip each), checking where each one belongs.
-
-    Tiny per-commit tables are merged every ``MERGE_COMMITS`` commits: a
-    table per commit costs more memory than its rows at a hundred thousand commits.
-    """
-    versions = _all_commit_versions(registry)
-    readable: list[int] = []
-    offsets = [0]
-    merged: list[pa.Table] = []
-    pending: list[pa.Table] = []
-    for start in range(0, len(versions), READ_BATCH):
-        batch = versions[start : start + READ_BATCH]
-        for version, data in zip(batch, registry.storage.read_many([commit_key(v) for v in batch]), strict=True):
-            try:
-                table = decode_table(data or b"", commit_key(version))
-            except ManifestCorrupt as error:
-                findings.append(Finding(kind="commit-unreadable", version=version, message=str(error)))
-                continue
-            readable.append(version)
-            offsets.append(offsets[-1] + table.num_rows)
-            pending.append(table.replace_schema_metadata(None))
-        if len(pending) >= MERGE_COMMITS or start + READ_BATCH >= len(versions):
-            merged.append(pa.concat_tables(pending or [ENTRY_SCHEMA.empty_table()]).combine_chunks())
-            pending = []
-    table = pa.concat_tables(merged) if merged else ENTRY_SCHEMA.empty_table()
-    counts = [end - begin for begin, end in itertools.pairwise(offsets)]
-    findings += check_commit_placement(readable, counts, table.column("commit"))
-    return RawLog(readable, offsets, table)
-
-
-def _check_segments(registry: Registry, log: RawLog) -> tuple[int, list[Finding]]:
-    findings = []
-    ranges = list_segments(registry.storage)
-    for first, last in ranges:
-        key = segment_key(first, last)
-        files, expected = log.rows_of(first, last)
-        try:
-            stored = decode_table(registry.storage.read(key), key).replace_schema_metadata(None)
-        except ManifestCorrupt as error:
-            findings.append(Finding(kind="segment-unreadable", version=first, message=str(error)))
-            continue
-        if files != last - first + 1 or not stored.equals(expected):
-            findings.append(
-                Finding(kind="segment-mismatch", version=first,
-                        message=f"segment of commits {first}..{last} differs from those commits")
-            )
-    return len(ranges), findings
 
 
 def _corrupt(object_digest: str) -> Finding:
@@ -201,8 +128,8 @@ class Inspection(Generic[T]):
     table: pa.Table
     """The raw log's entries."""
     visited: list[T] | None
-    """None when the raw log has a structural finding: readers may see other entries than it holds, so
-    checks of what they read must read the manifest as readers do."""
+    """What ``visit`` returned for each batch, or None when the raw log has a structural finding: readers may
+    see other entries than it holds, so checks of what they read must read the manifest as readers do."""
 
 
 def inspect_registry(registry: Registry, pins: Iterable[Pin] = (), trust: list[bytes] | None = None,
@@ -211,29 +138,26 @@ def inspect_registry(registry: Registry, pins: Iterable[Pin] = (), trust: list[b
 
     Signatures are verified against ``trust`` (public keys a stranger brought), else the registry's anchor.
     """
-    findings: list[Finding] = []
-    log = _read_log(registry, findings)
-    table = log.table
-    findings += check_links(table)
-    findings += check_entry_hashes(table)
-    findings += check_pins(table, pins)
-    findings += stray_files(registry.storage)
-    segments, segment_findings = _check_segments(registry, log)
-    sound = not any(finding.kind in STRUCTURAL for finding in findings + segment_findings)
-    listed, object_findings = _listed_objects(registry)
-    trust_in = signing_trust(registry, table, trust_roots(trust or []))
-    trusted = trust_in.trusted if trust_in.first_key is not None else None
+    versions = commit_versions(registry.storage)
+    with Workers.for_log(len(versions)) as workers:
+        read = read_log(registry.storage, versions, workers)
+        log, table = read.log, read.log.table
+        findings = read.findings + check_pins(table, pins) + stray_files(registry.storage)
+        sound = not any(finding.kind in STRUCTURAL for finding in findings + read.segment_findings)
+        listed, object_findings = _listed_objects(registry)
+        trust_in = signing_trust(registry, table, trust_roots(trust or []))
+        trusted = trust_in.trusted if trust_in.first_key is not None else None
+        chosen = visit if visit is not None and sound else None
+        swept = workers.run_all(partial(sweep_batch, registry, trusted=trusted, visit=chosen),
+                                attempt_batches(table, scope))
     damaged: dict[str, bool] = {}
     vouched: set[SubjectKey] = set()
-    invalid: list[Finding] = []
-    visited: list[T] | None = [] if visit is not None and sound else None
-    for batch in attempt_batches(table):
-        swept = sweep_batch(registry, batch, trusted, visit if visited is not None else None, scope)
-        damaged.update(swept.damaged)
-        vouched |= swept.vouched
-        invalid += swept.signature_findings
-        if visited is not None:
-            visited += swept.visited
+    for part in swept:
+        damaged.update(part.damaged)
+        vouched |= part.vouched
+    invalid = sorted((finding for part in swept for finding in part.signature_findings),
+                     key=lambda finding: finding.seq or 0)
+    visited = [part.visited for part in swept if part.visited is not None] if chosen is not None else None
     object_findings += _check_objects(registry, table, listed, damaged)
     signing, missing = unvouched(table, trust_in, vouched)
     signature_findings = trust_in.findings + sorted(invalid, key=lambda finding: finding.seq or 0) + missing
@@ -248,10 +172,10 @@ def inspect_registry(registry: Registry, pins: Iterable[Pin] = (), trust: list[b
         registry=registry.url,
         commits=len(log.versions),
         entries=table.num_rows,
-        segments=segments,
+        segments=read.segments,
         objects=len(listed),
         head=head,
-        findings=findings + segment_findings + object_findings + signature_findings,
+        findings=findings + read.segment_findings + object_findings + signature_findings,
         signing=signing,
     )
     return Inspection(report, table, visited)

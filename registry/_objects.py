@@ -26,6 +26,11 @@ def object_key(object_digest: str) -> str:
     """Return the storage key of a digest."""
     if not is_digest(object_digest):
         raise RegistryError(f"{object_digest!r} is not a sha256:<64 hex> digest")
+    return _address(object_digest)
+
+
+def _address(object_digest: str) -> str:
+    """The storage key of a digest already checked to be well-formed."""
     hex_part = object_digest[len(DIGEST_PREFIX) :]
     return f"{OBJECTS_DIR}/{hex_part[:2]}/{hex_part}"
 
@@ -85,6 +90,7 @@ class ReadOnce(ObjectStore):
     def __init__(self, storage: Storage) -> None:
         super().__init__(storage)
         self._bytes: dict[str, bytes] = {}
+        self._unmatched: dict[str, bytes] = {}
         self.damaged: dict[str, bool] = {}
         """Objects read that failed: True when the bytes differ from their address, False when absent."""
         self._records: dict[tuple[str, type[BaseModel], bool], BaseModel] = {}
@@ -92,22 +98,37 @@ class ReadOnce(ObjectStore):
     def prefetch(self, digests: Iterable[str]) -> None:
         """Read every object of ``digests`` not read yet, in one batch (names that are no digest are left to
         ``get``, which refuses them as the store always has)."""
-        wanted = [d for d in dict.fromkeys(digests) if is_digest(d) and d not in self._bytes and d not in self.damaged]
-        for object_digest, data in zip(wanted, self.storage.read_many([object_key(d) for d in wanted]), strict=True):
+        wanted = [d for d in dict.fromkeys(digests) if d not in self._bytes and d not in self.damaged and is_digest(d)]
+        for object_digest, data in zip(wanted, self.storage.read_many([_address(d) for d in wanted]), strict=True):
             if data is not None and digest(data) == object_digest:
                 self._bytes[object_digest] = data
             else:
                 self.damaged[object_digest] = data is not None
+                if data is not None:
+                    self._unmatched[object_digest] = data
 
     def get(self, object_digest: str) -> bytes:
+        found = self._bytes.get(object_digest)
+        if found is not None:
+            return found
         object_key(object_digest)
+        if object_digest not in self.damaged:
+            self.prefetch([object_digest])
+        if self.damaged.get(object_digest) is False:
+            raise ObjectMissing(f"object {object_digest} is not in the registry")
+        if object_digest in self.damaged:
+            raise ObjectCorrupt(f"object {object_digest}: stored bytes do not match the address")
+        return self._bytes[object_digest]
+
+    def stored(self, object_digest: str) -> bytes | None:
+        """The bytes stored under a digest, whether or not they match it (None: nothing is stored there).
+
+        Doctor checks a signature record by its signature, not by its address:
+        an edited one is a ``signature-invalid`` as well as an ``object-corrupt``.
+        """
         if object_digest not in self._bytes and object_digest not in self.damaged:
             self.prefetch([object_digest])
-        if object_digest in self.damaged:
-            if self.damaged[object_digest]:
-                raise ObjectCorrupt(f"object {object_digest}: stored bytes do not match the address")
-            raise ObjectMissing(f"object {object_digest} is not in the registry")
-        return self._bytes[object_digest]
+        return self._bytes.get(object_digest, self._unmatched.get(object_digest))
 
     def load(self, object_digest: str, model: type[M]) -> M:
         return self._record(object_digest, model, True)

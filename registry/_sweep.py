@@ -11,6 +11,7 @@ keeps findings in the order one process would give them.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,20 +19,22 @@ from typing import Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import TypeAdapter
 
 from registry._chain import Finding
 from registry._entry import ManifestEntry
-from registry._errors import RegistryError
 from registry._registry import Registry
 from registry._signatures import SubjectKey, parse_signature, vouch
-from registry._signing import SIGNATURE_ROLE, Signature
+from registry._signing import SIGNATURE_ROLE
 
 BATCH_ATTEMPTS = 500
 """Attempts per batch: enough to amortize a batch's set-up, few enough that its records stay small in memory."""
 
+ENTRIES = TypeAdapter(list[ManifestEntry])
+"""One validation call for a batch's entries costs half of one per entry."""
 T = TypeVar("T")
-Visit = Callable[[Registry, list[ManifestEntry]], T]
-"""A check of one attempt's entries (in seq order), reading through the batch's store."""
+Visit = Callable[[Registry, list[list[ManifestEntry]]], T]
+"""The checks of a batch's attempts (each attempt's entries in seq order), reading through the batch's store."""
 
 
 @dataclass(frozen=True)
@@ -41,22 +44,25 @@ class Batch:
     rows: pa.Table
     bounds: list[int]
     """Group i is ``rows[bounds[i]:bounds[i + 1]]``, in seq order."""
+    visits: list[bool]
+    """Which groups ``visit`` checks: attempts in the caller's scope."""
 
 
 @dataclass
 class Swept(Generic[T]):
-    """What one batch found: damaged objects, the subjects its signatures vouch for, and each visit's result."""
+    """What one batch found: damaged objects, the subjects its signatures vouch for, and what ``visit`` returned."""
 
     damaged: dict[str, bool]
     """Objects that failed to read: True when their bytes differ from their address, False when absent."""
     vouched: set[SubjectKey] = field(default_factory=set)
     signature_findings: list[Finding] = field(default_factory=list)
-    visited: list[T] = field(default_factory=list)
+    visited: T | None = None
 
 
-def attempt_batches(table: pa.Table, per_batch: int = BATCH_ATTEMPTS) -> Iterator[Batch]:
+def attempt_batches(table: pa.Table, scope: frozenset[str] | None = None) -> Iterator[Batch]:
     """``table``'s entries grouped by attempt, attempts in the order of their first entry, ``per_batch`` at a time;
-    the entries of no attempt come last, as one group."""
+    the entries of no attempt come last, as one group. Attempts outside ``scope`` (if given) are not visited."""
+    per_batch = BATCH_ATTEMPTS
     valid = pc.is_valid(table.column("attempt_id"))
     rows = pc.indices_nonzero(valid)
     attempts = table.column("attempt_id").filter(valid)
@@ -70,40 +76,49 @@ def attempt_batches(table: pa.Table, per_batch: int = BATCH_ATTEMPTS) -> Iterato
     groups = [group for _, group in sorted(zip(firsts, groups, strict=True))]
     for start in range(0, len(groups), per_batch):
         chosen = groups[start : start + per_batch]
-        yield _batch(table, [rows.slice(first, last - first) for first, last in chosen])
+        visits = ([True] * len(chosen) if scope is None else
+                  [attempts[first].as_py() in scope for first, _ in chosen])
+        yield _batch(table, [rows.slice(first, last - first) for first, last in chosen], visits)
     loose = pc.indices_nonzero(pc.invert(valid))
     if len(loose):
-        yield _batch(table, [loose])
+        yield _batch(table, [loose], [False])
 
 
-def _batch(table: pa.Table, groups: list[pa.Array]) -> Batch:
+def _batch(table: pa.Table, groups: list[pa.Array], visits: list[bool]) -> Batch:
     bounds = [0, *itertools.accumulate(len(group) for group in groups)]
-    return Batch(table.take(pa.concat_arrays(groups)), bounds)
+    return Batch(_take(table, pa.concat_arrays(groups)), bounds, visits)
 
 
-def sweep_batch(registry: Registry, batch: Batch, trusted: dict[str, bytes] | None, visit: Visit[T] | None,
-                scope: frozenset[str] | None = None) -> Swept[T]:
+def _take(table: pa.Table, rows: pa.Array) -> pa.Table:
+    """``table.take(rows)``, chunk by chunk: a take over a table of many chunks first concatenates every
+    chunk, which at a million entries copies the whole manifest for each batch."""
+    order = pc.sort_indices(rows)
+    ascending = rows.take(order).to_pylist()
+    parts, offset = [], 0
+    for chunk in table.to_batches():
+        first, last = bisect.bisect_left(ascending, offset), bisect.bisect_left(ascending, offset + chunk.num_rows)
+        if first < last:
+            parts.append(chunk.take(pa.array([row - offset for row in ascending[first:last]], pa.int64())))
+        offset += chunk.num_rows
+    taken = pa.Table.from_batches(parts, table.schema).combine_chunks()
+    return taken.take(pc.sort_indices(order))
+
+
+def sweep_batch(registry: Registry, batch: Batch, *, trusted: dict[str, bytes] | None, visit: Visit[T] | None
+                ) -> Swept[T]:
     """Read every object the batch names once; check its signatures against ``trusted`` (None: not now);
-    ``visit`` each attempt's group in ``scope`` (default: all; the group of no attempt is only read and checked)."""
+    ``visit`` the groups the batch marks (the group of no attempt is only read and checked)."""
     view, store = registry.reading_once()
     store.prefetch(batch.rows.column("digest").to_pylist())
-    entries = [ManifestEntry.model_construct(**row) for row in batch.rows.to_pylist()]
+    entries = ENTRIES.validate_python(batch.rows.to_pylist())
     swept: Swept[T] = Swept(damaged={})
     if trusted is not None:
-        signatures = ((entry.seq, entry.digest, _signature(view, entry.digest))
+        signatures = ((entry.seq, entry.digest, parse_signature(store.stored(entry.digest)))
                       for entry in entries if entry.role == SIGNATURE_ROLE)
         swept.vouched, swept.signature_findings = vouch(signatures, trusted)
     if visit is not None:
-        for first, last in itertools.pairwise(batch.bounds):
-            attempt = entries[first].attempt_id
-            if attempt is not None and (scope is None or attempt in scope):
-                swept.visited.append(visit(view, entries[first:last]))
+        swept.visited = visit(view, [entries[first:last] for (first, last), visited in
+                                     zip(itertools.pairwise(batch.bounds), batch.visits, strict=True) if visited])
     swept.damaged = dict(store.damaged)
     return swept
 
-
-def _signature(view: Registry, object_digest: str) -> Signature | None:
-    try:
-        return parse_signature(view.get(object_digest))
-    except RegistryError:
-        return None  # missing or corrupt: the object checks name it, and it vouches for nothing

@@ -208,32 +208,32 @@ def _sealed_result(registry: Registry, receipt_entry: ManifestEntry) -> object:
 
 
 @dataclass(frozen=True)
-class AttemptAudit:
-    """One attempt's audit, and what the checks across attempts need from it."""
+class BatchAudit:
+    """A batch of attempts' audits, and what the checks across attempts need from them."""
 
     findings: list[Finding]
     claims: list[ReceiptClaim]
     later: list[ManifestEntry]
-    """Its grader receipts and judgements after generation 1 (each must be named by a mutation receipt)."""
+    """Grader receipts and judgements after generation 1 (each must be named by a mutation receipt)."""
     unpassed: set[str]
-    """Its grader receipts that do not read back or did not pass."""
+    """Grader receipts that do not read back or did not pass."""
 
 
-def audit_entries(registry: Registry, entries: list[ManifestEntry]) -> AttemptAudit:
-    """Every check of one attempt (entries in seq order); doctor's pass calls it with each attempt's entries."""
-    findings = audit_attempt(registry, entries) + audit_judgements(registry, entries)
-    findings += audit_grading_binding(registry, entries) + rederive_candidate(registry, entries)
-    receipts = [entry for entry in entries if entry.role == Role.GRADER_RECEIPT]
-    return AttemptAudit(
-        findings=findings,
-        claims=[claim_receipt(registry, entry) for entry in receipts],
-        later=[entry for entry in entries if entry.role in (Role.GRADER_RECEIPT, Role.JUDGEMENT)
-               and (entry.generation or 1) > 1],
-        unpassed={entry.digest for entry in receipts if not receipt_passes(registry, entry)},
-    )
+def audit_attempts(registry: Registry, attempts: list[list[ManifestEntry]]) -> BatchAudit:
+    """Every check of each attempt (entries in seq order), attempt after attempt; doctor's pass calls it."""
+    audit = BatchAudit([], [], [], set())
+    for entries in attempts:
+        audit.findings.extend(audit_attempt(registry, entries) + audit_judgements(registry, entries))
+        audit.findings.extend(audit_grading_binding(registry, entries) + rederive_candidate(registry, entries))
+        receipts = [entry for entry in entries if entry.role == Role.GRADER_RECEIPT]
+        audit.claims.extend(claim_receipt(registry, entry) for entry in receipts)
+        audit.later.extend(entry for entry in entries if entry.role in (Role.GRADER_RECEIPT, Role.JUDGEMENT)
+                           and (entry.generation or 1) > 1)
+        audit.unpassed.update(entry.digest for entry in receipts if not receipt_passes(registry, entry))
+    return audit
 
 
-def _across_attempts(registry: Registry, table: pa.Table, audits: list[AttemptAudit], records: bool
+def _across_attempts(registry: Registry, table: pa.Table, audits: list[BatchAudit], records: bool
                      ) -> list[Finding]:
     """The checks that span attempts, in the order doctor has always reported them: each attempt's own findings,
     unexplained generations, grader bytes per version across the registry, and (``records``) experiment records."""
@@ -272,8 +272,8 @@ def audit_receipts(registry: Registry, attempt_ids: list[str] | None = None) -> 
     manifest (segments and commits); doctor does it in its own pass over the raw log when that log is sound."""
     table = registry.table()
     scope = None if attempt_ids is None else frozenset(attempt_ids)
-    audits = [audit for batch in attempt_batches(table)
-              for audit in sweep_batch(registry, batch, None, audit_entries, scope).visited]
+    audits = [audit for batch in attempt_batches(table, scope)
+              if (audit := sweep_batch(registry, batch, trusted=None, visit=audit_attempts).visited) is not None]
     return _across_attempts(registry, table, audits, records=attempt_ids is None)
 
 
@@ -287,7 +287,7 @@ def audit_registry(registry: Registry, pins: Iterable[Pin] = (), attempt_ids: li
     it has no structural finding, holds exactly the entries readers see.
     """
     scope = None if attempt_ids is None else frozenset(attempt_ids)
-    inspection = inspect_registry(registry, pins, trust, audit_entries, scope)
+    inspection = inspect_registry(registry, pins, trust, audit_attempts, scope)
     report = inspection.report
     if inspection.visited is not None:
         receipts = _across_attempts(registry, inspection.table, inspection.visited, records=attempt_ids is None)
