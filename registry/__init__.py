@@ -96,7 +96,7 @@ from registry._signing import (
     resolve_key_file,
     write_private_key,
 )
-from registry._sweep import attempt_batches, sweep_batch
+from registry._sweep import attempt_batches, entries_where, sweep_batch
 from registry._validation import ControlGrading, ValidationRecord, ValidationStatus, case_status
 
 __all__ = [
@@ -189,6 +189,7 @@ __all__ = [
     "digest",
     "digest_json",
     "ensure_signed",
+    "entries_where",
     "expand_path",
     "find_config",
     "freeze_experiment",

@@ -22,8 +22,9 @@ from pydantic import BaseModel, ConfigDict
 from registry._canonical import DIGEST_PREFIX, digest, is_digest
 from registry._chain import Finding, Pin, check_pins
 from registry._layout import stray_files
-from registry._log import commit_versions, read_log
+from registry._log import RawLog, commit_versions, read_log
 from registry._manifest import READ_BATCH, Head
+from registry._memory import release_free_memory
 from registry._objects import OBJECTS_DIR, object_key
 from registry._registry import Registry
 from registry._signatures import SigningStatus, SubjectKey, signing_trust, trust_roots, unvouched
@@ -126,7 +127,7 @@ class Inspection(Generic[T]):
 
     report: DoctorReport
     table: pa.Table
-    """The raw log's entries."""
+    """The raw log's entries (without ``prev_hash`` when its links hold: ``entries_where`` puts it back)."""
     visited: list[T] | None
     """What ``visit`` returned for each batch, or None when the raw log has a structural finding: readers may
     see other entries than it holds, so checks of what they read must read the manifest as readers do."""
@@ -141,9 +142,13 @@ def inspect_registry(registry: Registry, pins: Iterable[Pin] = (), trust: list[b
     versions = commit_versions(registry.storage)
     with Workers.for_log(len(versions)) as workers:
         read = read_log(registry.storage, versions, workers)
-        log, table = read.log, read.log.table
-        findings = read.findings + check_pins(table, pins) + stray_files(registry.storage)
-        sound = not any(finding.kind in STRUCTURAL for finding in findings + read.segment_findings)
+        release_free_memory()  # the commits decoded one by one leave the heap full of holes
+        findings = read.findings + check_pins(read.log.table, pins) + stray_files(registry.storage)
+        segments, segment_findings = read.segments, read.segment_findings
+        sound = not any(finding.kind in STRUCTURAL for finding in findings + segment_findings)
+        commits, head = len(read.log.versions), _head(read.log)
+        table = read.log.table.drop_columns(["prev_hash"]) if sound else read.log.table
+        del read  # links checked: each prev_hash is the entry hash before it, and is not kept (``_sweep`` rebuilds it)
         listed, object_findings = _listed_objects(registry)
         trust_in = signing_trust(registry, table, trust_roots(trust or []))
         trusted = trust_in.trusted if trust_in.first_key is not None else None
@@ -155,30 +160,29 @@ def inspect_registry(registry: Registry, pins: Iterable[Pin] = (), trust: list[b
     for part in swept:
         damaged.update(part.damaged)
         vouched |= part.vouched
-    invalid = sorted((finding for part in swept for finding in part.signature_findings),
-                     key=lambda finding: finding.seq or 0)
-    visited = [part.visited for part in swept if part.visited is not None] if chosen is not None else None
     object_findings += _check_objects(registry, table, listed, damaged)
     signing, missing = unvouched(table, trust_in, vouched)
-    signature_findings = trust_in.findings + sorted(invalid, key=lambda finding: finding.seq or 0) + missing
-    head = None
-    if table.num_rows:
-        head = Head(
-            version=log.versions[-1],
-            seq=table.column("seq")[-1].as_py(),
-            entry_hash=table.column("entry_hash")[-1].as_py(),
-        )
+    invalid = sorted((finding for part in swept for finding in part.signature_findings),
+                     key=lambda finding: finding.seq or 0)
     report = DoctorReport(
         registry=registry.url,
-        commits=len(log.versions),
+        commits=commits,
         entries=table.num_rows,
-        segments=read.segments,
+        segments=segments,
         objects=len(listed),
         head=head,
-        findings=findings + read.segment_findings + object_findings + signature_findings,
+        findings=findings + segment_findings + object_findings + trust_in.findings + invalid + missing,
         signing=signing,
     )
+    visited = [part.visited for part in swept if part.visited is not None] if chosen is not None else None
     return Inspection(report, table, visited)
+
+
+def _head(log: RawLog) -> Head | None:
+    if not log.table.num_rows:
+        return None
+    return Head(version=log.versions[-1], seq=log.table.column("seq")[-1].as_py(),
+                entry_hash=log.table.column("entry_hash")[-1].as_py())
 
 
 def check_registry(registry: Registry, pins: Iterable[Pin] = (), trust: list[bytes] | None = None) -> DoctorReport:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from registry._chain import Finding, check_commit_placement, check_entry_hashes, inner_links, start_links
 from registry._entry import ENTRY_SCHEMA
@@ -32,6 +33,7 @@ from registry._storage import Storage
 from registry._workers import Workers
 
 Range = tuple[int, int]
+REPEATED = frozenset({"role", "experiment_id", "attempt_id", "grader_id", "grader_version", "time"})
 PIECE_COMMITS = SEGMENT_COMMITS
 """Versions per piece: a segment a writer closes lies inside one piece, so the piece that decodes its commits
 compares it too."""
@@ -105,8 +107,22 @@ def read_piece(storage: Storage, work: tuple[list[int], list[Range]]) -> Piece:
     merged = pa.concat_tables([ENTRY_SCHEMA.empty_table(), *tables]).combine_chunks().replace_schema_metadata(None)
     steps, links = inner_links(merged) if merged.num_rows else ([], [])
     log = RawLog(readable, offsets, merged)
-    return Piece(log, unreadable, steps, links, check_entry_hashes(merged),
-                 [(span, check_segment_file(storage, log, span)) for span in ranges])
+    checked = [(span, check_segment_file(storage, log, span)) for span in ranges]
+    return Piece(RawLog(readable, offsets, compact(merged)), unreadable, steps, links, check_entry_hashes(merged),
+                 checked)
+
+
+def compact(table: pa.Table) -> pa.Table:
+    """Entries as doctor keeps them in memory: names that repeat (an attempt's id on each of its entries, a
+    commit's time, roles) dictionary-encoded -- a third less memory at a million entries. ``plain`` undoes it."""
+    return pa.table([pc.dictionary_encode(table.column(name)) if name in REPEATED else table.column(name)
+                     for name in table.column_names], names=table.column_names)
+
+
+def plain(table: pa.Table) -> pa.Table:
+    """Entries in the manifest's own schema (dictionary-encoded columns decoded)."""
+    return pa.table([table.column(name).cast(ENTRY_SCHEMA.field(name).type) for name in ENTRY_SCHEMA.names],
+                    schema=ENTRY_SCHEMA)
 
 
 def check_segment_file(storage: Storage, log: RawLog, span: Range) -> Finding | None:
@@ -114,6 +130,7 @@ def check_segment_file(storage: Storage, log: RawLog, span: Range) -> Finding | 
     first, last = span
     key = segment_key(first, last)
     files, expected = log.rows_of(first, last)
+    expected = plain(expected)
     try:
         stored = decode_table(storage.read(key), key).replace_schema_metadata(None)
     except ManifestCorrupt as error:
@@ -143,7 +160,7 @@ def read_log(storage: Storage, versions: list[int], workers: Workers) -> LogRepo
     findings += _links([piece.log.table for piece in pieces], [(piece.steps, piece.links) for piece in pieces])
     findings += [finding for piece in pieces for finding in piece.hashes]
     checked = [checked for piece in pieces for checked in piece.segments]
-    checked += [(span, check_segment_file(storage, log, span)) for span in across]
+    checked += [(span, check_segment_file(storage, log, span)) for span in across]  # ``plain``s what it compares
     segment_findings = [finding for _, finding in sorted(checked, key=lambda pair: pair[0]) if finding is not None]
     return LogReport(log, findings, len(spans), segment_findings)
 

@@ -94,6 +94,19 @@ class ReadOnce(ObjectStore):
         self.damaged: dict[str, bool] = {}
         """Objects read that failed: True when the bytes differ from their address, False when absent."""
         self._records: dict[tuple[str, type[BaseModel], bool], BaseModel] = {}
+        self._hashed: set[str] = set()
+
+    def hash_only(self, digests: Iterable[str]) -> None:
+        """Verify objects without keeping their bytes (a big experiment record: a check that parses it reads it
+        again); what fails is in ``damaged`` as after ``prefetch``."""
+        for object_digest in dict.fromkeys(digests):
+            if object_digest in self._hashed or object_digest in self.damaged or not is_digest(object_digest):
+                continue
+            found = self.storage.sha256(_address(object_digest))
+            if found is not None and DIGEST_PREFIX + found == object_digest:
+                self._hashed.add(object_digest)
+            else:
+                self.damaged[object_digest] = found is not None
 
     def prefetch(self, digests: Iterable[str]) -> None:
         """Read every object of ``digests`` not read yet, in one batch (names that are no digest are left to

@@ -9,6 +9,7 @@ registry's first key are counted as unsigned history, not as findings.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -31,7 +32,6 @@ from registry._signing import (
     Signature,
     SigningError,
     SigningKeyRecord,
-    Subject,
     key_id,
     subjects_bytes,
     trusted_keys,
@@ -75,12 +75,13 @@ def _load(registry: Registry, digests: list[str], model: type[Signature] | type[
     return loaded
 
 
-SubjectKey = tuple[object, ...]
-"""A subject's fields in ``SUBJECT_COLUMNS`` order: equal exactly when the ``Subject`` models are."""
+SubjectKey = bytes
+"""The SHA-256 of a subject's fields (``repr`` of their tuple, in ``SUBJECT_COLUMNS`` order): equal exactly when the
+``Subject`` models are, and 32 bytes where the fields are hundreds (doctor keeps one per signed record)."""
 
 
-def _key(subject: Subject) -> SubjectKey:
-    return tuple(getattr(subject, name) for name in SUBJECT_COLUMNS)
+def _key(fields: tuple[object, ...]) -> SubjectKey:
+    return hashlib.sha256(repr(fields).encode("utf-8", "backslashreplace")).digest()
 
 
 def _rows(table: pa.Table, roles: Iterable[str]) -> Iterator[list[dict[str, object]]]:
@@ -150,7 +151,8 @@ def vouch(signatures: Iterable[tuple[int, str, Signature | None]], trusted: dict
             findings.append(Finding(kind="signature-invalid", seq=seq, digest=digest,
                                     message=f"the signature at seq {seq} does not verify with {signature.key_id}"))
             continue
-        vouched.update(_key(subject) for subject in signature.subjects)
+        vouched.update(_key(tuple(getattr(subject, name) for name in SUBJECT_COLUMNS))
+                       for subject in signature.subjects)
     return vouched, findings
 
 
@@ -165,7 +167,7 @@ def unvouched(table: pa.Table, trust: Trust, vouched: set[SubjectKey]) -> tuple[
             seq = int(str(row["seq"]))
             signed += 1
             history += seq < trust.first_key
-            if seq > trust.first_key and tuple(row[name] for name in SUBJECT_COLUMNS) not in vouched:
+            if seq > trust.first_key and _key(tuple(row[name] for name in SUBJECT_COLUMNS)) not in vouched:
                 findings.append(Finding(kind="signature-missing", seq=seq, digest=str(row["digest"]),
                                         message=f"{_describe(row)} carries no valid signature by a trusted key"))
     status = SigningStatus(state="signed", trusted_by=trust.trusted_by,

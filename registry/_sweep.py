@@ -23,12 +23,16 @@ from pydantic import TypeAdapter
 
 from registry._chain import Finding
 from registry._entry import ManifestEntry
+from registry._log import plain
 from registry._registry import Registry
 from registry._signatures import SubjectKey, parse_signature, vouch
 from registry._signing import SIGNATURE_ROLE
 
 BATCH_ATTEMPTS = 500
 """Attempts per batch: enough to amortize a batch's set-up, few enough that its records stay small in memory."""
+LARGE_OBJECT = 8 << 20
+"""Objects (by their entry's size) verified without keeping their bytes: an experiment record of 100,000
+attempts is 160 MB, and no per-attempt check reads it."""
 
 ENTRIES = TypeAdapter(list[ManifestEntry])
 """One validation call for a batch's entries costs half of one per entry."""
@@ -60,24 +64,30 @@ class Swept(Generic[T]):
 
 
 def attempt_batches(table: pa.Table, scope: frozenset[str] | None = None) -> Iterator[Batch]:
-    """``table``'s entries grouped by attempt, attempts in the order of their first entry, ``per_batch`` at a time;
-    the entries of no attempt come last, as one group. Attempts outside ``scope`` (if given) are not visited."""
-    per_batch = BATCH_ATTEMPTS
-    valid = pc.is_valid(table.column("attempt_id"))
+    """``table``'s entries grouped by attempt, attempts in the order of their first entry, ``BATCH_ATTEMPTS`` at a
+    time; the entries of no attempt come last, as one group. Attempts outside ``scope`` (if given) are not visited.
+
+    Attempts are told apart by their dictionary codes, not their text: sorting
+    a million attempt ids would copy them twice.
+    """
+    column = table.column("attempt_id")
+    encoded = (column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)).unify_dictionaries()
+    names = encoded.chunk(0).dictionary if encoded.num_chunks else pa.array([], pa.string())
+    codes = pa.chunked_array([chunk.indices for chunk in encoded.chunks], pa.int32()).combine_chunks()
+    valid = pc.is_valid(codes)
     rows = pc.indices_nonzero(valid)
-    attempts = table.column("attempt_id").filter(valid)
-    order = pc.sort_indices(pa.table({"attempt": attempts, "row": rows}),
-                            [("attempt", "ascending"), ("row", "ascending")])
-    rows, attempts = rows.take(order), attempts.take(order)
-    changes = pc.not_equal(attempts.slice(1), attempts.slice(0, max(0, len(attempts) - 1)))
+    keys = codes.filter(valid)
+    order = pc.sort_indices(pa.table({"key": keys, "row": rows}), [("key", "ascending"), ("row", "ascending")])
+    rows, keys = rows.take(order), keys.take(order)
+    changes = pc.not_equal(keys.slice(1), keys.slice(0, max(0, len(keys) - 1)))
     starts = [0, *(int(i) + 1 for i in pc.indices_nonzero(changes).to_pylist())] if len(rows) else []
     groups = list(itertools.pairwise([*starts, len(rows)]))
     firsts = rows.take(pa.array(starts, pa.int64())).to_pylist() if starts else []
     groups = [group for _, group in sorted(zip(firsts, groups, strict=True))]
-    for start in range(0, len(groups), per_batch):
-        chosen = groups[start : start + per_batch]
+    for start in range(0, len(groups), BATCH_ATTEMPTS):
+        chosen = groups[start : start + BATCH_ATTEMPTS]
         visits = ([True] * len(chosen) if scope is None else
-                  [attempts[first].as_py() in scope for first, _ in chosen])
+                  [names[keys[first].as_py()].as_py() in scope for first, _ in chosen])
         yield _batch(table, [rows.slice(first, last - first) for first, last in chosen], visits)
     loose = pc.indices_nonzero(pc.invert(valid))
     if len(loose):
@@ -86,7 +96,22 @@ def attempt_batches(table: pa.Table, scope: frozenset[str] | None = None) -> Ite
 
 def _batch(table: pa.Table, groups: list[pa.Array], visits: list[bool]) -> Batch:
     bounds = [0, *itertools.accumulate(len(group) for group in groups)]
-    return Batch(_take(table, pa.concat_arrays(groups)), bounds, visits)
+    return Batch(_rows(table, pa.concat_arrays(groups)), bounds, visits)
+
+
+def entries_where(table: pa.Table, mask: pa.ChunkedArray | pa.Array) -> list[ManifestEntry]:
+    """The entries of the rows ``mask`` selects, as models, from doctor's table (a plain one too)."""
+    return ENTRIES.validate_python(_rows(table, pc.indices_nonzero(mask)).to_pylist())
+
+
+def _rows(table: pa.Table, rows: pa.Array) -> pa.Table:
+    """The given rows in the manifest's schema; a ``prev_hash`` doctor did not keep (the log's links held: each
+    row's is the entry hash of the row before) is put back."""
+    taken = _take(table, rows)
+    if "prev_hash" not in table.column_names:
+        before = _take(table.select(["entry_hash"]), pc.subtract(pc.max_element_wise(rows, 1), 1)).column(0)
+        taken = taken.append_column("prev_hash", pc.if_else(pc.equal(rows, 0), pa.scalar(None, pa.string()), before))
+    return plain(taken)
 
 
 def _take(table: pa.Table, rows: pa.Array) -> pa.Table:
@@ -109,7 +134,9 @@ def sweep_batch(registry: Registry, batch: Batch, *, trusted: dict[str, bytes] |
     """Read every object the batch names once; check its signatures against ``trusted`` (None: not now);
     ``visit`` the groups the batch marks (the group of no attempt is only read and checked)."""
     view, store = registry.reading_once()
-    store.prefetch(batch.rows.column("digest").to_pylist())
+    large = pc.greater(batch.rows.column("size"), LARGE_OBJECT)
+    store.hash_only(batch.rows.column("digest").filter(large).to_pylist())
+    store.prefetch(batch.rows.column("digest").filter(pc.invert(large)).to_pylist())
     entries = ENTRIES.validate_python(batch.rows.to_pylist())
     swept: Swept[T] = Swept(damaged={})
     if trusted is not None:

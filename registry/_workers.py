@@ -12,6 +12,7 @@ same however many processes ran.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable
@@ -37,12 +38,19 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def _start_worker() -> None:
+    """A worker runs doctor's pieces only: memory tuned as in the caller, the collector paused."""
+    tune_allocators()
+    gc.disable()
+
+
 class Workers:
     """The processes one doctor run spreads its pieces over: the caller, and ``count - 1`` workers."""
 
     def __init__(self, count: int) -> None:
         self.count = count
         self._pool: ProcessPoolExecutor | None = None
+        self._collecting = False
 
     @classmethod
     def for_log(cls, commits: int) -> Workers:
@@ -50,6 +58,8 @@ class Workers:
         return cls(_cores() if commits >= PARALLEL_FROM else 1)
 
     def __enter__(self) -> Workers:
+        self._collecting = gc.isenabled()
+        gc.disable()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -57,6 +67,8 @@ class Workers:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+        if self._collecting:
+            gc.enable()
 
     def run_all(self, work: Callable[[A], R], pieces: Iterable[A]) -> list[R]:
         """``work`` applied to every piece, results in the pieces' order.
@@ -69,7 +81,7 @@ class Workers:
             return [work(piece) for piece in pieces]
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self.count - 1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=tune_allocators)
+                                             initializer=_start_worker)
         done: dict[int, R] = {}
         queued: dict[int, Future[R]] = {}
         for index, piece in enumerate(pieces):

@@ -40,6 +40,7 @@ from registry import (
     SandboxProfile,
     attempt_batches,
     digest,
+    entries_where,
     inspect_registry,
     sweep_batch,
 )
@@ -248,11 +249,11 @@ def _across_attempts(registry: Registry, table: pa.Table, audits: list[BatchAudi
 
 
 def _entries(table: pa.Table, role: str) -> list[ManifestEntry]:
-    return [ManifestEntry(**row) for row in table.filter(pc.equal(table.column("role"), role)).to_pylist()]
+    return entries_where(table, pc.equal(table.column("role"), role))
 
 
 def _entry_at(table: pa.Table, seq: int) -> ManifestEntry:
-    return ManifestEntry(**table.filter(pc.equal(table.column("seq"), seq)).to_pylist()[-1])
+    return entries_where(table, pc.equal(table.column("seq"), seq))[-1]
 
 
 def _generations(table: pa.Table) -> dict[tuple[str, str], set[int]]:

@@ -94,6 +94,15 @@ def _damage(store: Registry) -> None:
     (root / "log/00000000/00000000000000000030.parquet").write_bytes(b"not parquet")
 
 
+def test_objects_hashed_without_keeping_their_bytes_give_the_same_findings(store: Registry,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large objects are verified a chunk at a time and read again by the check that parses them."""
+    _damage(store)
+    kept = findings(store)
+    monkeypatch.setattr(sweep_module, "LARGE_OBJECT", 0)
+    assert findings(store) == kept
+
+
 @pytest.mark.parametrize("damaged", [False, True])
 def test_worker_processes_find_what_one_process_finds(store: Registry, monkeypatch: pytest.MonkeyPatch,
                                                       damaged: bool) -> None:
