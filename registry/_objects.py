@@ -141,6 +141,9 @@ class ReadOnce(ObjectStore):
         """
         if object_digest not in self._bytes and object_digest not in self.damaged:
             self.prefetch([object_digest])
+        if self.damaged.get(object_digest) and object_digest not in self._unmatched:  # only hashed: read it now
+            self.damaged.pop(object_digest)
+            self.prefetch([object_digest])
         return self._bytes.get(object_digest, self._unmatched.get(object_digest))
 
     def load(self, object_digest: str, model: type[M]) -> M:
