@@ -234,18 +234,32 @@ def audit_attempts(registry: Registry, attempts: list[list[ManifestEntry]]) -> B
     return audit
 
 
+@dataclass(frozen=True)
+class _Records:
+    """What the experiment-record check needs, taken from the log so that the log can be dropped before a
+    record of 100,000 lines is parsed."""
+
+    entries: list[ManifestEntry]
+    generations: dict[tuple[str, str], set[int]]
+    unpassed: set[str]
+
+    def findings(self, registry: Registry) -> list[Finding]:
+        return rederive_records(registry, self.entries, self.generations, self.unpassed)
+
+
 def _across_attempts(registry: Registry, table: pa.Table, audits: list[BatchAudit], records: bool
-                     ) -> list[Finding]:
+                     ) -> tuple[list[Finding], _Records | None]:
     """The checks that span attempts, in the order doctor has always reported them: each attempt's own findings,
-    unexplained generations, grader bytes per version across the registry, and (``records``) experiment records."""
+    unexplained generations, grader bytes per version across the registry; then (``records``) what the
+    experiment records are checked with."""
     findings = [finding for audit in audits for finding in audit.findings]
     findings += rederive_generations(registry, [entry for audit in audits for entry in audit.later],
                                      _entries(table, Role.MUTATION_RECEIPT))
     findings += pin_graders((claim for audit in audits for claim in audit.claims), lambda seq: _entry_at(table, seq))
-    if records:
-        unpassed = set().union(*(audit.unpassed for audit in audits))
-        findings += rederive_records(registry, _entries(table, Role.EXPERIMENT_RECORD), _generations(table), unpassed)
-    return findings
+    if not records:
+        return findings, None
+    unpassed = set().union(*(audit.unpassed for audit in audits))
+    return findings, _Records(_entries(table, Role.EXPERIMENT_RECORD), _generations(table), unpassed)
 
 
 def _entries(table: pa.Table, role: str) -> list[ManifestEntry]:
@@ -275,7 +289,8 @@ def audit_receipts(registry: Registry, attempt_ids: list[str] | None = None) -> 
     scope = None if attempt_ids is None else frozenset(attempt_ids)
     audits = [audit for batch in attempt_batches(table, scope)
               if (audit := sweep_batch(registry, batch, trusted=None, visit=audit_attempts).visited) is not None]
-    return _across_attempts(registry, table, audits, records=attempt_ids is None)
+    findings, records = _across_attempts(registry, table, audits, records=attempt_ids is None)
+    return findings + (records.findings(registry) if records else [])
 
 
 def audit_registry(registry: Registry, pins: Iterable[Pin] = (), attempt_ids: list[str] | None = None,
@@ -290,11 +305,15 @@ def audit_registry(registry: Registry, pins: Iterable[Pin] = (), attempt_ids: li
     scope = None if attempt_ids is None else frozenset(attempt_ids)
     inspection = inspect_registry(registry, pins, trust, audit_attempts, scope)
     report = inspection.report
-    if inspection.visited is not None:
-        receipts = _across_attempts(registry, inspection.table, inspection.visited, records=attempt_ids is None)
-    else:
+    if inspection.visited is None:
         try:
             receipts = audit_receipts(registry, attempt_ids)
         except ManifestCorrupt:
             receipts = []  # the chain findings already say why the manifest cannot be read
+        return report.model_copy(update={"findings": report.findings + receipts})
+    receipts, records = _across_attempts(registry, inspection.table, inspection.visited,
+                                         records=attempt_ids is None)
+    del inspection  # the log's entries, before the experiment records are read
+    if records is not None:
+        receipts += records.findings(registry)
     return report.model_copy(update={"findings": report.findings + receipts})
