@@ -7,8 +7,7 @@ Layout (the Delta Lake log pattern plus a hash chain)::
 
 Commit protocol, and the races it relies on:
 
-1. Objects are stored first, so an entry never names bytes that are not there
-   (an object still being written is waited for before the commit is put).
+1. Objects are stored first, so an entry never names bytes that are not there.
 2. The writer builds commit v+1 chaining from the head it has read
    (last seq, last entry hash).
 3. It writes commit v+1 with put-if-absent (``_storage``). Exactly one writer
@@ -35,7 +34,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -237,13 +236,8 @@ class Manifest:
 
     # -- writing ---------------------------------------------------------------
 
-    def append(self, drafts: list[NewEntry], ready: Callable[[], object] | None = None) -> list[ManifestEntry]:
-        """Append drafts as one commit; txns already recorded are returned, not repeated.
-
-        ``ready`` is called once before the commit is written, and the commit
-        waits for it: a caller still storing an object the drafts name (step 1)
-        overlaps that write with building the commit.
-        """
+    def append(self, drafts: list[NewEntry]) -> list[ManifestEntry]:
+        """Append drafts as one commit; txns already recorded are returned, not repeated."""
         txns = [draft.txn for draft in drafts]
         if len(set(txns)) != len(txns):
             raise RegistryError("one append cannot name the same txn twice")
@@ -256,8 +250,7 @@ class Manifest:
             written: dict[str, dict[str, Any]] = {}
             for conflicts in range(CONFLICT_RETRIES):
                 if pending:
-                    rows = self._commit(pending, stamp, ready)
-                    ready = None
+                    rows = self._commit(pending, stamp)
                     if rows is None:
                         pending = [draft for draft in pending if draft.txn not in known]
                         time.sleep(random.uniform(0, 0.001 * min(conflicts + 1, 20)))
@@ -279,8 +272,7 @@ class Manifest:
             self._txns = dict(zip(table.column("txn").to_pylist(), table.column("seq").to_pylist(), strict=True))
         return self._txns
 
-    def _commit(self, pending: list[NewEntry], stamp: str, ready: Callable[[], object] | None = None
-                ) -> list[dict[str, Any]] | None:
+    def _commit(self, pending: list[NewEntry], stamp: str) -> list[dict[str, Any]] | None:
         """Write ``pending`` as the next commit and return its rows; None if another writer took it."""
         version = self._version + 1
         head = self._head
@@ -294,8 +286,6 @@ class Manifest:
         nonce = uuid.uuid4().hex.encode()
         table = rows_to_table(rows)
         data = encode_table(table, {NONCE_KEY: nonce, WRITER_KEY: self.writer.encode()})
-        if ready is not None:
-            ready()
         created = self._put_commit(version, data)
         if created:
             self._apply(version, table, own=True)

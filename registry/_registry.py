@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import secrets
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel
 
-from registry._canonical import canonical_json, digest
+from registry._canonical import canonical_json
 from registry._config import Config
 from registry._entry import ManifestEntry, NewEntry
 from registry._errors import RegistryRequired
@@ -66,7 +65,6 @@ class Registry:
         self._registered: bool = False
         self._has_anchor = False
         self._anchor_checked = False
-        self._thread: ThreadPoolExecutor | None = None
 
     def __reduce__(self) -> tuple[type[Registry], tuple[Storage, None, str | None]]:
         """Sent to another process (a Dask worker), a registry reopens the same storage as a new writer.
@@ -148,13 +146,7 @@ class Registry:
                     f"in tribunal.toml or {KEY_ENV} to a key recorded in it"
                 )
             return self.manifest.append(drafts)
-        draft, data = self._signature(self.signer, signed)
-        stored = self._background().submit(self.objects.put, data)
-        try:
-            landed = self.manifest.append([*drafts, draft], ready=stored.result)[: len(drafts)]
-        finally:
-            wait([stored])
-        stored.result()
+        landed = self.manifest.append([*drafts, self._signature(self.signer, signed)])[: len(drafts)]
         for draft, entry in zip(drafts, landed, strict=True):
             if draft.role in SIGNED_ROLES and entry.digest != draft.digest and not self._vouched(entry):
                 raise SigningError(
@@ -176,8 +168,8 @@ class Registry:
                 return True
         return False
 
-    def _signature(self, signer: Signer, signed: list[NewEntry]) -> tuple[NewEntry, bytes]:
-        """One detached signature entry over the subjects of an append's signed drafts, and the bytes it names."""
+    def _signature(self, signer: Signer, signed: list[NewEntry]) -> NewEntry:
+        """One detached signature entry over the subjects of an append's signed drafts."""
         self._ensure_registered(signer)
         subjects = [Subject(txn=draft.txn, role=draft.role, experiment_id=draft.experiment_id,
                             attempt_id=draft.attempt_id, generation=draft.generation, digest=draft.digest)
@@ -185,19 +177,7 @@ class Registry:
         data = canonical_json(signer.sign(subjects).model_dump(mode="json"))
         first = signed[0]
         return NewEntry(txn=f"{first.txn}:signature", role=SIGNATURE_ROLE, experiment_id=first.experiment_id,
-                        attempt_id=first.attempt_id, digest=digest(data), size=len(data)), data
-
-    def _background(self) -> ThreadPoolExecutor:
-        """One thread that stores a signature object while the commit naming it is built.
-
-        Storing it is a durable write (the object's own fsync); building the
-        commit is CPU. The commit waits for the object before it is written
-        (``Manifest.append``'s ``ready``), so it never names bytes not yet stored,
-        and a signed append costs the wait that is left, not a second write in a row.
-        """
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="tribunal-signature")
-        return self._thread
+                        attempt_id=first.attempt_id, digest=self.put(data), size=len(data))
 
     def _anchored(self) -> bool:
         """Whether this registry has a signing key (once it has, it always has: asked of storage only until then)."""
