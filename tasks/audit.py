@@ -42,6 +42,7 @@ from registry import (
     digest,
     entries_where,
     inspect_registry,
+    release_free_memory,
     sweep_batch,
 )
 from tasks.binding_audit import audit_grading_binding
@@ -314,6 +315,7 @@ def audit_registry(registry: Registry, pins: Iterable[Pin] = (), attempt_ids: li
     receipts, records = _across_attempts(registry, inspection.table, inspection.visited,
                                          records=attempt_ids is None)
     del inspection  # the log's entries, before the experiment records are read
+    release_free_memory()
     if records is not None:
         receipts += records.findings(registry)
     return report.model_copy(update={"findings": report.findings + receipts})

@@ -210,31 +210,88 @@ def _record_lines(registry: Registry, object_digest: str) -> tuple[int, list[Rec
     """An experiment record's resolved count and lines; None when it does not read back as a record.
 
     A record of 100,000 attempts is 160 MB of JSON and half a gigabyte as
-    models, so its lines are validated one at a time and only what the checks
-    read is kept. A record is valid exactly when its other fields are and each
-    line is (a list validates element by element); anything but a list of
-    lines is validated whole, as before.
+    dicts and models, so a record written as tribunal writes it (canonical:
+    ``{"attempts":[`` first) is decoded and validated a line at a time and only
+    what the checks read is kept. A record is valid exactly when its other
+    fields are and each line is (a list validates element by element). Any
+    other text is read whole with ``json.loads``, as before, which also decides
+    whether a record that does not stream is readable at all.
     """
     try:
-        body = json.loads(registry.get(object_digest))
-    except (ObjectMissing, ObjectCorrupt, ValueError):
+        data = registry.get(object_digest)
+    except (ObjectMissing, ObjectCorrupt):
+        return None
+    try:
+        text = data.decode(json.detect_encoding(data), "surrogatepass")  # what json.loads does with bytes
+    except UnicodeDecodeError:
+        return None
+    del data
+    try:
+        return _streamed(text)
+    except _NotStreamable:
+        pass
+    try:
+        body = json.loads(text)
+    except ValueError:
         return None
     lines = body.get("attempts") if isinstance(body, dict) else None
     try:
         if not isinstance(lines, list):
             record = ExperimentRecord.model_validate(body)
-            return record.resolved, [RecordLine(line.attempt_id, line.receipt_digest, line.generation, line.resolved,
-                                                line.terminal_class) for line in record.attempts]
+            return record.resolved, [_line(line) for line in record.attempts]
         resolved = ExperimentRecord.model_validate({**body, "attempts": []}).resolved
-        kept = []
-        for index, line in enumerate(lines):
-            summary = AttemptSummary.model_validate(line)
-            lines[index] = None  # the dict is dropped as soon as its line is read
-            kept.append(RecordLine(summary.attempt_id, summary.receipt_digest, summary.generation, summary.resolved,
-                                   summary.terminal_class))
+        return resolved, [_line(AttemptSummary.model_validate(line)) for line in lines]
     except ValidationError:
         return None
-    return resolved, kept
+
+
+class _NotStreamable(Exception):
+    """The record's text is not laid out as tribunal writes it: read it whole."""
+
+
+_OPENING = '{"attempts":['
+_WHITESPACE = " \t\n\r"
+
+
+def _streamed(text: str) -> tuple[int, list[RecordLine]] | None:
+    """``_record_lines`` for a record that starts ``{"attempts":[`` and has no whitespace between lines: the same
+    values ``json.loads`` would give, decoded one line at a time (anything else raises ``_NotStreamable``)."""
+    if not text.startswith(_OPENING):
+        raise _NotStreamable
+    decoder = json.JSONDecoder()
+    position, kept, valid = len(_OPENING), [], True
+    try:
+        if text[position] != "]":
+            while True:
+                value, position = decoder.raw_decode(text, position)
+                try:
+                    if valid:
+                        kept.append(_line(AttemptSummary.model_validate(value)))
+                except ValidationError:
+                    valid = False  # unreadable -- unless the text goes on to name other lines (below)
+                if text[position] == "]":
+                    break
+                if text[position] != ",":
+                    raise _NotStreamable
+                position += 1
+        position += 1
+        rest = json.loads("{" + text[position + 1 :]) if text[position] == "," else {}
+        if text[position] not in ",}" or (text[position] == "}" and text[position + 1 :].strip(_WHITESPACE)):
+            raise _NotStreamable
+    except (ValueError, IndexError):
+        raise _NotStreamable from None
+    if not isinstance(rest, dict) or "attempts" in rest:
+        raise _NotStreamable  # a second "attempts" key: json.loads keeps the last one
+    try:
+        resolved = ExperimentRecord.model_validate({**rest, "attempts": []}).resolved
+    except ValidationError:
+        return None
+    return (resolved, kept) if valid else None
+
+
+def _line(summary: AttemptSummary) -> RecordLine:
+    return RecordLine(summary.attempt_id, summary.receipt_digest, summary.generation, summary.resolved,
+                      summary.terminal_class)
 
 
 def rederive_generations(registry: Registry, generations: list[ManifestEntry],
