@@ -150,6 +150,7 @@ def inspect_registry(registry: Registry, pins: Iterable[Pin] = (), trust: list[b
         table = read.log.table.drop_columns(["prev_hash"]) if sound else read.log.table
         del read  # links checked: each prev_hash is the entry hash before it, and is not kept (``_sweep`` rebuilds it)
         listed, object_findings = _listed_objects(registry)
+        release_free_memory()
         trust_in = signing_trust(registry, table, trust_roots(trust or []))
         trusted = trust_in.trusted if trust_in.first_key is not None else None
         chosen = visit if visit is not None and sound else None

@@ -80,12 +80,13 @@ def attempt_batches(table: pa.Table, scope: frozenset[str] | None = None) -> Ite
     order = pc.sort_indices(pa.table({"key": keys, "row": rows}), [("key", "ascending"), ("row", "ascending")])
     rows, keys = rows.take(order), keys.take(order)
     changes = pc.not_equal(keys.slice(1), keys.slice(0, max(0, len(keys) - 1)))
-    starts = [0, *(int(i) + 1 for i in pc.indices_nonzero(changes).to_pylist())] if len(rows) else []
-    groups = list(itertools.pairwise([*starts, len(rows)]))
-    firsts = rows.take(pa.array(starts, pa.int64())).to_pylist() if starts else []
-    groups = [group for _, group in sorted(zip(firsts, groups, strict=True))]
-    for start in range(0, len(groups), BATCH_ATTEMPTS):
-        chosen = groups[start : start + BATCH_ATTEMPTS]
+    starts = pa.concat_arrays([pa.array([0] if len(rows) else [], pa.int64()),
+                               pc.add(pc.indices_nonzero(changes), 1).cast(pa.int64())])
+    ends = pa.concat_arrays([starts.slice(1), pa.array([len(rows)] if len(rows) else [], pa.int64())])
+    by_first = pc.sort_indices(rows.take(starts))  # arrays, not a Python tuple per attempt
+    starts, ends = starts.take(by_first).to_pylist(), ends.take(by_first).to_pylist()
+    for start in range(0, len(starts), BATCH_ATTEMPTS):
+        chosen = list(zip(starts[start : start + BATCH_ATTEMPTS], ends[start : start + BATCH_ATTEMPTS], strict=True))
         visits = ([True] * len(chosen) if scope is None else
                   [names[keys[first].as_py()].as_py() in scope for first, _ in chosen])
         yield _batch(table, [rows.slice(first, last - first) for first, last in chosen], visits)

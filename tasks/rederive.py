@@ -21,6 +21,7 @@ Each rule has its own finding kind; messages name the attempt and generation.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
@@ -68,7 +69,7 @@ def _output(registry: Registry, object_digest: str) -> bytes | None:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReceiptClaim:
     """One generation re-derived on its own, and the grader bytes it ran as (checked across the registry later)."""
 
@@ -105,7 +106,8 @@ def claim_receipt(registry: Registry, entry: ManifestEntry) -> ReceiptClaim:
         return ReceiptClaim(entry.seq, findings)
     if not named:
         return ReceiptClaim(entry.seq, findings)
-    return ReceiptClaim(entry.seq, findings, (f"{receipt.grader_id}@{receipt.grader_version}", str(next(iter(named)))))
+    grader = (sys.intern(f"{receipt.grader_id}@{receipt.grader_version}"), sys.intern(str(next(iter(named)))))
+    return ReceiptClaim(entry.seq, findings, grader)  # interned: a batch's claims carry one copy of each
 
 
 def pin_graders(claims: Iterable[ReceiptClaim], entry_at: Callable[[int], ManifestEntry]) -> list[Finding]:
