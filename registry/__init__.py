@@ -28,7 +28,7 @@ from registry._config import (
     find_config,
     load_config,
 )
-from registry._doctor import DoctorReport, check_named_objects, check_registry
+from registry._doctor import DoctorReport, Inspection, check_named_objects, check_registry, inspect_registry
 from registry._entry import ManifestEntry, NewEntry
 from registry._errors import (
     CanonicalJsonError,
@@ -107,6 +107,7 @@ from registry._signing import (
     resolve_key_file,
     write_private_key,
 )
+from registry._sweep import attempt_batches, entries_where, sweep_batch
 from registry._validation import ControlGrading, ValidationRecord, ValidationStatus, case_status
 
 __all__ = [
@@ -146,6 +147,7 @@ __all__ = [
     "GraderReceipt",
     "GraderResult",
     "Head",
+    "Inspection",
     "IntentRecovery",
     "JudgeConfig",
     "JudgeFailure",
@@ -191,6 +193,7 @@ __all__ = [
     "UsageError",
     "ValidationRecord",
     "ValidationStatus",
+    "attempt_batches",
     "attempt_id",
     "blinded_candidate",
     "calibration_record",
@@ -204,9 +207,11 @@ __all__ = [
     "digest",
     "digest_json",
     "ensure_signed",
+    "entries_where",
     "expand_path",
     "find_config",
     "freeze_experiment",
+    "inspect_registry",
     "is_digest",
     "judge_policy",
     "load_config",
@@ -219,6 +224,7 @@ __all__ = [
     "resolve_key_file",
     "resolve_registry_url",
     "strict_json_loads",
+    "sweep_batch",
     "tune_allocators",
     "write_private_key",
 ]

@@ -25,18 +25,30 @@ DIGEST_PREFIX = "sha256:"
 DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+"""Types that need no check (exact types: a subclass takes the long way)."""
+
+
 def _check(value: Any, where: str) -> None:
-    """Refuse what json.dumps would silently coerce or emit non-canonically."""
+    """Refuse what json.dumps would silently coerce or emit non-canonically.
+
+    Plain values are passed over without a call or a path string each: every
+    record doctor re-seals goes through here.
+    """
+    if type(value) in _PLAIN:
+        return
     if isinstance(value, float) and not math.isfinite(value):
         raise CanonicalJsonError(f"{where}: {value!r} has no canonical JSON form")
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise CanonicalJsonError(f"{where}: object key {key!r} is not a string")
-            _check(item, f"{where}.{key}")
+            if type(item) not in _PLAIN:
+                _check(item, f"{where}.{key}")
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            _check(item, f"{where}[{index}]")
+            if type(item) not in _PLAIN:
+                _check(item, f"{where}[{index}]")
     elif not isinstance(value, (str, int, float, bool, type(None))):
         raise CanonicalJsonError(f"{where}: {type(value).__name__} is not a JSON value")
 

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
 from registry._canonical import is_digest
-from registry._entry import entry_hash
+from registry._entry import entry_hash_mismatches
 from registry._errors import UsageError
 
 
@@ -66,22 +66,37 @@ def check_links(table: pa.Table, start_seq: int = 0, start_prev: str | None = No
     """Check seq contiguity and prev links of entries that should start at ``start_seq``."""
     if table.num_rows == 0:
         return []
-    seq = table.column("seq").combine_chunks()
-    prev = table.column("prev_hash").combine_chunks()
-    own = table.column("entry_hash").combine_chunks()
-    findings: list[Finding] = []
-    first = seq[0].as_py()
+    steps, links = inner_links(table)
+    return start_links(table, start_seq, start_prev) + steps + links
+
+
+def start_links(table: pa.Table, start_seq: int, start_prev: str | None) -> list[Finding]:
+    """Whether a non-empty table's first entry is seq ``start_seq`` and names ``start_prev`` before it."""
+    first = table.column("seq")[0].as_py()
+    findings = []
     if first != start_seq:
         findings.append(
             Finding(kind="seq-gap", seq=first, message=f"expected seq {start_seq} but found {first}")
         )
-    if prev[0].as_py() != start_prev:
+    if table.column("prev_hash")[0].as_py() != start_prev:
         findings.append(
             Finding(kind="prev-link-broken", seq=first,
                     message=f"seq {first}: prev_hash does not name the entry before it")
         )
-    steps = pc.subtract(seq.slice(1), seq.slice(0, len(seq) - 1))
-    for i in _positions(pc.not_equal(steps, 1)):
+    return findings
+
+
+def inner_links(table: pa.Table) -> tuple[list[Finding], list[Finding]]:
+    """Between each entry and the next: the seq step (findings first) and the prev link (findings second).
+
+    A log read in pieces is checked piece by piece and at each seam (a table
+    of the two entries either side), which gives the same findings as one table.
+    """
+    seq = table.column("seq").combine_chunks()
+    prev = table.column("prev_hash").combine_chunks()
+    own = table.column("entry_hash").combine_chunks()
+    steps: list[Finding] = []
+    for i in _positions(pc.not_equal(pc.subtract(seq.slice(1), seq.slice(0, max(0, len(seq) - 1))), 1)):
         before, after = seq[i].as_py(), seq[i + 1].as_py()
         if after == before:
             kind, message = "duplicate-entry", f"seq {after} appears more than once"
@@ -89,51 +104,52 @@ def check_links(table: pa.Table, start_seq: int = 0, start_prev: str | None = No
             kind, message = "entries-out-of-order", f"seq {after} comes after seq {before}"
         else:
             kind, message = "seq-gap", f"seqs {before + 1}..{after - 1} are missing"
-        findings.append(Finding(kind=kind, seq=after, message=message))
-    links = pc.equal(prev.slice(1), own.slice(0, len(own) - 1))
-    for i in _positions(pc.invert(pc.fill_null(links, False))):
+        steps.append(Finding(kind=kind, seq=after, message=message))
+    links = []
+    for i in _positions(pc.invert(pc.fill_null(pc.equal(prev.slice(1), own.slice(0, max(0, len(own) - 1))), False))):
         at = seq[i + 1].as_py()
-        findings.append(
+        links.append(
             Finding(kind="prev-link-broken", seq=at, message=f"seq {at}: prev_hash does not name the entry before it")
         )
-    return findings
+    return steps, links
 
 
 def check_entry_hashes(table: pa.Table) -> list[Finding]:
     """Recompute every entry hash; an edited entry no longer matches its own."""
-    findings = []
-    for row in table.to_pylist():
-        if entry_hash(row) != row["entry_hash"]:
-            findings.append(
-                Finding(
-                    kind="entry-hash-mismatch",
-                    seq=row["seq"],
-                    message=f"seq {row['seq']}: fields were changed after the entry was written",
-                )
-            )
-    return findings
+    seqs = table.column("seq")
+    return [
+        Finding(kind="entry-hash-mismatch", seq=seq,
+                message=f"seq {seq}: fields were changed after the entry was written")
+        for seq in (seqs[i].as_py() for i in entry_hash_mismatches(table))
+    ]
 
 
-def check_commit_placement(commits: Iterable[tuple[int, pa.Table]]) -> list[Finding]:
-    """Check that commit files are numbered 0,1,2,... and hold the commit they are named for."""
-    findings: list[Finding] = []
-    expected = 0
-    for version, table in commits:
-        for missing in range(expected, version):
-            findings.append(
-                Finding(kind="commit-missing", version=missing, message=f"commit {missing} is missing from the log")
-            )
+def check_commit_placement(versions: list[int], counts: list[int], commits: pa.ChunkedArray | pa.Array,
+                           expected: int = 0) -> list[Finding]:
+    """Check that commit files are numbered ``expected``, ``expected + 1``, ... and hold the commit they are named for.
+
+    ``versions`` are the readable commit files in order, ``counts`` how many
+    entries each holds and ``commits`` the ``commit`` column of those entries,
+    file after file. Findings come in version order.
+    """
+    findings: list[tuple[int, Finding]] = []
+    for version in versions:
+        findings += [(missing, Finding(kind="commit-missing", version=missing,
+                                       message=f"commit {missing} is missing from the log"))
+                     for missing in range(expected, version)]
         expected = version + 1
-        stored = set(table.column("commit").to_pylist())
-        if stored != {version}:
-            findings.append(
-                Finding(
-                    kind="commit-misplaced",
-                    version=version,
-                    message=f"log file of commit {version} holds entries of commit(s) {sorted(stored)}",
-                )
-            )
-    return findings
+    owners = pa.array([version for version, count in zip(versions, counts, strict=True) for _ in range(count)],
+                      pa.int64())
+    stored = pc.cast(commits, pa.int64())
+    held: dict[int, set[int]] = {version: set() for version, count in zip(versions, counts, strict=True) if not count}
+    for i in _positions(pc.not_equal(stored, owners)):
+        held.setdefault(owners[i].as_py(), set())
+    for version in held:
+        held[version] = set(stored.filter(pc.equal(owners, version)).to_pylist())
+    findings += [(version, Finding(kind="commit-misplaced", version=version,
+                                   message=f"log file of commit {version} holds entries of commit(s) {sorted(found)}"))
+                 for version, found in held.items()]
+    return [finding for _, finding in sorted(findings, key=lambda pair: pair[0])]
 
 
 def check_segment(table: pa.Table, first: int, last: int, last_commit: pa.Table) -> list[Finding]:
@@ -163,11 +179,14 @@ def check_segment(table: pa.Table, first: int, last: int, last_commit: pa.Table)
 
 
 def check_pins(table: pa.Table, pins: Iterable[Pin]) -> list[Finding]:
-    """Compare recorded heads with the chain: a consistent tail rewrite changes a pinned hash."""
-    by_seq = dict(zip(table.column("seq").to_pylist(), table.column("entry_hash").to_pylist(), strict=True))
+    """Compare recorded heads with the chain: a consistent tail rewrite changes a pinned hash.
+
+    Of a seq that appears more than once (a finding of its own), the last row counts.
+    """
     findings = []
     for pin in pins:
-        found = by_seq.get(pin.seq)
+        held = table.filter(pc.equal(table.column("seq"), pin.seq)).column("entry_hash")
+        found = held[-1].as_py() if len(held) else None
         if found is None:
             findings.append(
                 Finding(kind="pin-missing", seq=pin.seq, message=f"pinned seq {pin.seq} is no longer in the manifest")

@@ -8,10 +8,12 @@ version adds an optional column.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from registry._canonical import digest_json
@@ -35,6 +37,9 @@ ENTRY_SCHEMA = pa.schema(
     ]
 )
 HASHED_FIELDS = tuple(name for name in ENTRY_SCHEMA.names if name not in ("entry_hash", "commit"))
+JSON_ESCAPED = r'["\\\x00-\x1f]'
+"""What ``json.dumps`` escapes in a string (``ensure_ascii=False``): quote, backslash, control characters."""
+HASH_CHUNK = 1 << 16
 
 
 class NewEntry(BaseModel):
@@ -87,6 +92,56 @@ def utc_now() -> str:
 def entry_hash(fields: dict[str, Any]) -> str:
     """Return the hash of an entry from its hashed, non-null fields."""
     return digest_json({name: fields[name] for name in HASHED_FIELDS if fields.get(name) is not None})
+
+
+def entry_hash_mismatches(table: pa.Table) -> list[int]:
+    """The rows whose ``entry_hash`` is not ``entry_hash`` of their fields, in row order.
+
+    Doctor re-hashes every entry (a million at the manifest's design size).
+    Each row's canonical JSON is built column by column in Arrow -- keys in
+    sorted order, null fields left out, integers in decimal, strings quoted --
+    which is ``canonical_json``'s text for every row whose strings need no
+    JSON escape; a row with one (a quote, backslash or control character) is
+    hashed by ``entry_hash`` itself, as is a table with text that is not UTF-8.
+    """
+    for name in HASHED_FIELDS:
+        column = table.column(name)
+        if pa.types.is_string(column.type):
+            try:
+                column.validate(full=True)
+            except pa.ArrowInvalid:
+                return [i for i, row in enumerate(table.to_pylist()) if entry_hash(row) != row["entry_hash"]]
+    found = []
+    for start in range(0, table.num_rows, HASH_CHUNK):
+        chunk = table.slice(start, HASH_CHUNK)
+        texts, escaped = _canonical_rows(chunk)
+        stored = chunk.column("entry_hash").to_pylist()
+        for i, (text, kept) in enumerate(zip(texts.to_pylist(), stored, strict=True)):
+            if escaped[i]:
+                if entry_hash(chunk.slice(i, 1).to_pylist()[0]) != kept:
+                    found.append(start + i)
+            elif "sha256:" + hashlib.sha256(text).hexdigest() != kept:
+                found.append(start + i)
+    return found
+
+
+def _canonical_rows(table: pa.Table) -> tuple[pa.Array, list[bool]]:
+    """Each row's canonical JSON bytes (exact where no string needs escaping), and which rows need it."""
+    pieces = []
+    escaped = None
+    for name in sorted(HASHED_FIELDS):
+        column = table.column(name)
+        if pa.types.is_integer(column.type):
+            value = pc.cast(column, pa.string())
+        else:
+            value = pc.binary_join_element_wise('"', column, '"', "")
+            needs = pc.fill_null(pc.match_substring_regex(column, JSON_ESCAPED), False)
+            escaped = needs if escaped is None else pc.or_(escaped, needs)
+        pieces.append(pc.binary_join_element_wise(f'"{name}":', value, ""))
+    body = pc.binary_join_element_wise(*pieces, ",", null_handling="skip")
+    text = pc.binary_join_element_wise("{", body, "}", "")
+    flags = escaped.to_pylist() if escaped is not None else [False] * table.num_rows
+    return pc.cast(text, pa.binary()), flags
 
 
 def seal_entries(

@@ -20,7 +20,7 @@ from registry._config import Config
 from registry._entry import ManifestEntry, NewEntry
 from registry._errors import RegistryRequired
 from registry._manifest import Head, Manifest
-from registry._objects import ObjectStore
+from registry._objects import ObjectStore, ReadOnce
 from registry._signing import (
     KEY_ENV,
     SIGNATURE_ROLE,
@@ -119,7 +119,15 @@ class Registry:
 
     def load(self, object_digest: str, model: type[M]) -> M:
         """Read a stored record back as its model (bytes verified against the digest first)."""
-        return model.model_validate_json(self.get(object_digest))
+        return self.objects.load(object_digest, model)
+
+    def reading_once(self) -> tuple[Registry, ReadOnce]:
+        """This registry, with its objects read through a fresh ``ReadOnce`` (doctor's pass over one batch of
+        attempts); the store is returned too, to prefetch into and to ask what failed."""
+        store = ReadOnce(self.storage)
+        view = Registry(self.storage)
+        view.objects, view.manifest = store, self.manifest
+        return view, store
 
     def append(self, drafts: list[NewEntry]) -> list[ManifestEntry]:
         """Append entries as one commit (their objects must be put first), signed where SPEC §12 says.

@@ -9,6 +9,9 @@ registry's first key are counted as unsigned history, not as findings.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Literal
 
 import pyarrow as pa
@@ -18,6 +21,7 @@ from pydantic import ValidationError
 from registry._canonical import strict_json_loads
 from registry._chain import Finding
 from registry._errors import RegistryError
+from registry._manifest import READ_BATCH
 from registry._models import Strict
 from registry._objects import object_key
 from registry._registry import Registry
@@ -28,7 +32,6 @@ from registry._signing import (
     Signature,
     SigningError,
     SigningKeyRecord,
-    Subject,
     key_id,
     subjects_bytes,
     trusted_keys,
@@ -72,8 +75,21 @@ def _load(registry: Registry, digests: list[str], model: type[Signature] | type[
     return loaded
 
 
-def _subject(row: dict[str, object]) -> Subject:
-    return Subject.model_validate({name: row[name] for name in SUBJECT_COLUMNS})
+SubjectKey = bytes
+"""The SHA-256 of a subject's fields (``repr`` of their tuple, in ``SUBJECT_COLUMNS`` order): equal exactly when the
+``Subject`` models are, and 32 bytes where the fields are hundreds (doctor keeps one per signed record)."""
+
+
+def _key(fields: tuple[object, ...]) -> SubjectKey:
+    return hashlib.sha256(repr(fields).encode("utf-8", "backslashreplace")).digest()
+
+
+def _rows(table: pa.Table, roles: Iterable[str]) -> Iterator[list[dict[str, object]]]:
+    """The rows of ``roles`` in seq order, a batch at a time (a list of dicts per row costs memory at 1M rows)."""
+    chosen = table.filter(pc.is_in(table.column("role"), value_set=pa.array(sorted(roles), pa.string())))
+    chosen = chosen.select(["seq", *SUBJECT_COLUMNS])
+    for start in range(0, chosen.num_rows, READ_BATCH):
+        yield chosen.slice(start, READ_BATCH).to_pylist()
 
 
 def _describe(row: dict[str, object]) -> str:
@@ -82,58 +98,99 @@ def _describe(row: dict[str, object]) -> str:
     return f"{row['role']}{where}{generation} (seq {row['seq']})"
 
 
-def check_signatures(registry: Registry, table: pa.Table, roots: list[bytes] | None
-                     ) -> tuple[SigningStatus, list[Finding]]:
-    """Verify every signature and that every signed-role record after the first key has one by a trusted key."""
+@dataclass(frozen=True)
+class Trust:
+    """Whose signatures count, decided before any signature is read: the anchor's, or ``--trust``'s."""
+
+    trusted_by: Literal["registry anchor", "--trust"]
+    keys: list[SigningKeyRecord]
+    trusted: dict[str, bytes]
+    first_key: int | None
+    """The seq of the registry's first signing key (None: an unsigned registry)."""
+    findings: list[Finding]
+
+
+def signing_trust(registry: Registry, table: pa.Table, roots: list[bytes] | None) -> Trust:
+    """The keys ``table``'s records are verified against, with what is wrong with the recorded ones."""
     trusted_by: Literal["registry anchor", "--trust"] = "registry anchor" if roots is None else "--trust"
-    columns = ["seq", *SUBJECT_COLUMNS]
-    rows = table.select(columns).to_pylist()
-    key_rows = [row for row in rows if row["role"] == SIGNING_KEY_ROLE]
+    key_rows = [row for rows in _rows(table, [SIGNING_KEY_ROLE]) for row in rows]
     if not key_rows:
         findings = [] if roots is None else [Finding(
             kind="registry-unsigned", message="no signing key is recorded: nothing here can verify against --trust")]
-        return SigningStatus(state="unsigned", trusted_by=trusted_by), findings
+        return Trust(trusted_by, [], {}, None, findings)
     records = [record for record in _load(registry, [str(row["digest"]) for row in key_rows], SigningKeyRecord)
                if isinstance(record, SigningKeyRecord)]
     trusted = trusted_keys(records, roots)
     findings = [Finding(kind="signing-key-untrusted", seq=int(str(row["seq"])), message=(
         f"signing key {record.key_id} (seq {row['seq']}) is neither trusted nor endorsed by a trusted key"))
         for row, record in zip(key_rows, records, strict=False) if record.key_id not in trusted]
-    vouched, signature_findings = _verified_subjects(registry, rows, trusted)
-    findings += signature_findings
-    first_key = int(str(key_rows[0]["seq"]))
-    signed = [row for row in rows if row["role"] in SIGNED_ROLES]
-    history = sum(1 for row in signed if int(str(row["seq"])) < first_key)
-    for row in signed:
-        if int(str(row["seq"])) > first_key and _subject(row) not in vouched:
-            findings.append(Finding(kind="signature-missing", seq=int(str(row["seq"])), digest=str(row["digest"]),
-                                    message=f"{_describe(row)} carries no valid signature by a trusted key"))
-    status = SigningStatus(state="signed", trusted_by=trusted_by, anchor=records[0].key_id if records else None,
-                           trusted=tuple(sorted(trusted)), signed_records=len(signed) - history,
-                           unsigned_history=history)
-    return status, findings
+    return Trust(trusted_by, records, trusted, int(str(key_rows[0]["seq"])), findings)
 
 
-def _verified_subjects(registry: Registry, rows: list[dict[str, object]], trusted: dict[str, bytes]
-                       ) -> tuple[set[Subject], list[Finding]]:
-    """The subjects vouched for by valid signatures of trusted keys; a signature that does not verify is a finding."""
-    signature_rows = [row for row in rows if row["role"] == SIGNATURE_ROLE]
-    vouched: set[Subject] = set()
+def parse_signature(data: bytes | None) -> Signature | None:
+    """A stored signature record, or None when it is unreadable (the object checks report why)."""
+    try:
+        return Signature.model_validate(strict_json_loads(data or b""))
+    except (ValueError, ValidationError):
+        return None
+
+
+def vouch(signatures: Iterable[tuple[int, str, Signature | None]], trusted: dict[str, bytes]
+          ) -> tuple[set[SubjectKey], list[Finding]]:
+    """The subjects that (seq, digest, signature) triples vouch for with valid signatures of trusted keys;
+    a signature that does not verify is a finding."""
+    vouched: set[SubjectKey] = set()
     findings = []
-    loaded = _load(registry, [str(row["digest"]) for row in signature_rows], Signature)
-    for row, signature in zip(signature_rows, loaded, strict=True):
-        if not isinstance(signature, Signature):
+    for seq, digest, signature in signatures:
+        if signature is None:
             continue
         public = trusted.get(signature.key_id)
         if public is None:
             continue  # an untrusted key's signature vouches for nothing; the records it covers are reported
         if not verifies(public, signature.signature, subjects_bytes(signature.subjects)):
-            findings.append(Finding(kind="signature-invalid", seq=int(str(row["seq"])), digest=str(row["digest"]),
-                                    message=f"the signature at seq {row['seq']} does not verify with "
-                                            f"{signature.key_id}"))
+            findings.append(Finding(kind="signature-invalid", seq=seq, digest=digest,
+                                    message=f"the signature at seq {seq} does not verify with {signature.key_id}"))
             continue
-        vouched.update(signature.subjects)
+        vouched.update(_key(tuple(getattr(subject, name) for name in SUBJECT_COLUMNS))
+                       for subject in signature.subjects)
     return vouched, findings
+
+
+def unvouched(table: pa.Table, trust: Trust, vouched: set[SubjectKey]) -> tuple[SigningStatus, list[Finding]]:
+    """Every signed-role record after the first key must be vouched for; the status doctor prints."""
+    if trust.first_key is None:
+        return SigningStatus(state="unsigned", trusted_by=trust.trusted_by), []
+    findings = []
+    signed = history = 0
+    for rows in _rows(table, SIGNED_ROLES):
+        for row in rows:
+            seq = int(str(row["seq"]))
+            signed += 1
+            history += seq < trust.first_key
+            if seq > trust.first_key and _key(tuple(row[name] for name in SUBJECT_COLUMNS)) not in vouched:
+                findings.append(Finding(kind="signature-missing", seq=seq, digest=str(row["digest"]),
+                                        message=f"{_describe(row)} carries no valid signature by a trusted key"))
+    status = SigningStatus(state="signed", trusted_by=trust.trusted_by,
+                           anchor=trust.keys[0].key_id if trust.keys else None, trusted=tuple(sorted(trust.trusted)),
+                           signed_records=signed - history, unsigned_history=history)
+    return status, findings
+
+
+def check_signatures(registry: Registry, table: pa.Table, roots: list[bytes] | None
+                     ) -> tuple[SigningStatus, list[Finding]]:
+    """Verify every signature and that every signed-role record after the first key has one by a trusted key."""
+    trust = signing_trust(registry, table, roots)
+    vouched: set[SubjectKey] = set()
+    findings = list(trust.findings)
+    if trust.first_key is not None:
+        for rows in _rows(table, [SIGNATURE_ROLE]):
+            loaded = registry.storage.read_many([object_key(str(row["digest"])) for row in rows])
+            found, invalid = vouch(((int(str(row["seq"])), str(row["digest"]), parse_signature(data))
+                                    for row, data in zip(rows, loaded, strict=True)), trust.trusted)
+            vouched |= found
+            findings += invalid
+    status, missing = unvouched(table, trust, vouched)
+    return status, findings + missing
 
 
 def trust_roots(keys: list[bytes]) -> list[bytes] | None:

@@ -15,6 +15,7 @@ a public key obtained out of band (``doctor --trust``) instead of the anchor.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import os
 import stat
@@ -182,9 +183,15 @@ def parse_public_key(text: str) -> bytes:
     raise UsageError(f"--trust {text}: not an Ed25519 public key (base64 as `tribunal key init` prints it, or PEM)")
 
 
+@functools.lru_cache(maxsize=64)
+def _public_key(raw: bytes) -> Ed25519PublicKey:
+    """A parsed public key, kept: doctor verifies a hundred thousand signatures with a handful of keys."""
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
 def verifies(public_key: bytes, signature: str, message: bytes) -> bool:
     try:
-        Ed25519PublicKey.from_public_bytes(public_key).verify(base64.b64decode(signature, validate=True), message)
+        _public_key(public_key).verify(base64.b64decode(signature, validate=True), message)
     except (InvalidSignature, ValueError):
         return False
     return True

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TypeVar
 
-from pydantic import ValidationError
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ValidationError
 
 from registry import (
     AttemptContract,
@@ -34,16 +38,29 @@ from registry import (
     Registry,
     Role,
     SandboxProfile,
-    check_registry,
+    attempt_batches,
     digest,
+    entries_where,
+    inspect_registry,
+    release_free_memory,
+    sweep_batch,
 )
 from tasks.binding_audit import audit_grading_binding
 from tasks.judge_audit import audit_judgements
-from tasks.rederive import rederive_candidate, rederive_generations, rederive_receipt, rederive_records
+from tasks.rederive import (
+    ReceiptClaim,
+    claim_receipt,
+    pin_graders,
+    receipt_passes,
+    rederive_candidate,
+    rederive_generations,
+    rederive_records,
+)
 from tasks.sealing import receipt_disagreements, receipt_seal_holds
 from tasks.verdict import terminal_class
 
 AUDITED = ("resolved", "grader_failure")
+M = TypeVar("M", bound=BaseModel)
 
 
 def _load(registry: Registry, entry: ManifestEntry) -> bytes | None:
@@ -53,16 +70,22 @@ def _load(registry: Registry, entry: ManifestEntry) -> bytes | None:
         return None
 
 
+def _record(registry: Registry, object_digest: str, model: type[M]) -> M | None:
+    """A stored record as the audit has always read it (``json.loads``), or None: missing, corrupt or not one."""
+    try:
+        return registry.objects.load_decoded(object_digest, model)
+    except (ObjectMissing, ObjectCorrupt, ValueError, ValidationError):
+        return None
+
+
 def _finding(kind: str, entry: ManifestEntry, message: str) -> Finding:
     return Finding(kind=kind, seq=entry.seq, digest=entry.digest, message=f"attempt {entry.attempt_id}: {message}")
 
 
 def _check_receipt(registry: Registry, receipt_entry: ManifestEntry, entries: list[ManifestEntry]) -> list[Finding]:
     """Verify one receipt: its seal, the artifacts it names, and the result it seals."""
-    data = _load(registry, receipt_entry)
-    try:
-        receipt = GraderReceipt.model_validate(json.loads(data or b""))
-    except (ValueError, ValidationError):
+    receipt = _record(registry, receipt_entry.digest, GraderReceipt)
+    if receipt is None:
         return [_finding("receipt-unreadable", receipt_entry, "grader receipt does not parse")]
     findings = []
     if not receipt_seal_holds(receipt):
@@ -83,10 +106,9 @@ def _check_receipt(registry: Registry, receipt_entry: ManifestEntry, entries: li
         findings.append(_finding("sandbox-profile-missing", receipt_entry,
                                  f"sandbox profile {receipt.sandbox_profile} is not stored or does not parse"))
     result_entry = by_digest.get(receipt.result_hash)
-    if result_entry is not None and (blob := _load(registry, result_entry)) is not None:
-        try:
-            result = GraderResult.model_validate(json.loads(blob))
-        except (ValueError, ValidationError):
+    if result_entry is not None and _load(registry, result_entry) is not None:
+        result = _record(registry, result_entry.digest, GraderResult)
+        if result is None:
             return [*findings, _finding("receipt-unreadable", result_entry, "grader result does not parse")]
         for field in receipt_disagreements(receipt, result):
             findings.append(_finding("receipt-result-disagrees", receipt_entry,
@@ -95,36 +117,32 @@ def _check_receipt(registry: Registry, receipt_entry: ManifestEntry, entries: li
 
 
 def _profile_readable(registry: Registry, profile_digest: str) -> bool:
-    try:
-        SandboxProfile.model_validate(json.loads(registry.get(profile_digest)))
-    except (ObjectMissing, ObjectCorrupt, ValueError, ValidationError):
-        return False
-    return True
+    return _record(registry, profile_digest, SandboxProfile) is not None
 
 
 def sandbox_profiles(registry: Registry, entries: list[ManifestEntry]) -> list[str | None]:
     """The sandbox profile digests the newest candidate result and grader receipt name (None: unrecorded)."""
     newest = {entry.role: entry for entry in entries}
     named: list[str | None] = []
-    for role, model in ((Role.CANDIDATE_RESULT, CandidateResult), (Role.GRADER_RECEIPT, GraderReceipt)):
-        if role in newest:
-            try:
-                named.append(model.model_validate(json.loads(_load(registry, newest[role]) or b"")).sandbox_profile)
-            except (ValueError, ValidationError):
-                named.append(None)
+    if Role.CANDIDATE_RESULT in newest:
+        candidate = _record(registry, newest[Role.CANDIDATE_RESULT].digest, CandidateResult)
+        named.append(candidate.sandbox_profile if candidate is not None else None)
+    if Role.GRADER_RECEIPT in newest:
+        receipt = _record(registry, newest[Role.GRADER_RECEIPT].digest, GraderReceipt)
+        named.append(receipt.sandbox_profile if receipt is not None else None)
     return named
 
 
 def current_class(registry: Registry, entries: list[ManifestEntry]) -> str | None:
     """Rebuild the current verdict, last in sequence wins; None if it cannot be read."""
     newest = {entry.role: entry for entry in entries}
-    try:
-        contract = AttemptContract.model_validate(json.loads(_load(registry, newest[Role.ATTEMPT_CONTRACT]) or b""))
-        candidate = CandidateResult.model_validate(json.loads(_load(registry, newest[Role.CANDIDATE_RESULT]) or b""))
-        result = GraderResult.model_validate(json.loads(_load(registry, newest[Role.GRADER_RESULT]) or b""))
-        judgement = (Judgement.model_validate(json.loads(_load(registry, newest[Role.JUDGEMENT]) or b""))
-                     if Role.JUDGEMENT in newest else None)
-    except (KeyError, ValueError, ValidationError):
+    if not {Role.ATTEMPT_CONTRACT, Role.CANDIDATE_RESULT, Role.GRADER_RESULT} <= newest.keys():
+        return None
+    contract = _record(registry, newest[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
+    candidate = _record(registry, newest[Role.CANDIDATE_RESULT].digest, CandidateResult)
+    result = _record(registry, newest[Role.GRADER_RESULT].digest, GraderResult)
+    judgement = _record(registry, newest[Role.JUDGEMENT].digest, Judgement) if Role.JUDGEMENT in newest else None
+    if contract is None or candidate is None or result is None or (Role.JUDGEMENT in newest and judgement is None):
         return None
     return terminal_class(harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded,
                           grader_results=[result], judges_passed=[judgement.passed] if judgement else [],
@@ -136,11 +154,8 @@ def _unjudged(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]
     newest = {entry.role: entry for entry in entries}
     if Role.JUDGEMENT in newest or Role.ATTEMPT_CONTRACT not in newest or Role.GRADER_RECEIPT not in newest:
         return []
-    try:
-        contract = AttemptContract.model_validate(json.loads(_load(registry, newest[Role.ATTEMPT_CONTRACT]) or b""))
-    except (ValueError, ValidationError):
-        return []
-    if contract.judge is None:
+    contract = _record(registry, newest[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
+    if contract is None or contract.judge is None:
         return []
     return [_finding("judgement-missing", newest[Role.GRADER_RECEIPT],
                      f"case {contract.case_id} names judge {contract.judge}, but the graded attempt has no judgement")]
@@ -165,13 +180,10 @@ def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Find
         findings.append(_finding("generation-gap", receipts[-1],
                                  f"receipt generations run {generations}, not 1..{len(receipts)}"))
     newest_result = next((e for e in reversed(entries) if e.role == Role.GRADER_RESULT), None)
-    if newest_result is not None and (blob := _load(registry, receipts[-1])) is not None:
-        try:
-            if json.loads(blob).get("result_hash") != newest_result.digest:
-                findings.append(_finding("receipt-result-mismatch", newest_result,
-                                         "newest grader result is not the one the newest receipt seals"))
-        except ValueError:
-            pass
+    sealed = _sealed_result(registry, receipts[-1]) if newest_result is not None else _UNREADABLE
+    if newest_result is not None and sealed is not _UNREADABLE and sealed != newest_result.digest:
+        findings.append(_finding("receipt-result-mismatch", newest_result,
+                                 "newest grader result is not the one the newest receipt seals"))
     for receipt_entry in reversed(receipts):
         findings += _check_receipt(registry, receipt_entry, entries)
     candidate_profile = sandbox_profiles(registry, entries)[0]
@@ -181,38 +193,129 @@ def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Find
     return findings
 
 
+_UNREADABLE = object()
+
+
+def _sealed_result(registry: Registry, receipt_entry: ManifestEntry) -> object:
+    """The ``result_hash`` a receipt's JSON holds, even when the receipt is otherwise invalid (then its own
+    finding); ``_UNREADABLE`` when its bytes are not JSON or do not read back."""
+    receipt = _record(registry, receipt_entry.digest, GraderReceipt)
+    if receipt is not None:
+        return receipt.result_hash  # the same string a json.loads of its bytes holds
+    blob = _load(registry, receipt_entry)
+    try:
+        return json.loads(blob).get("result_hash") if blob is not None else _UNREADABLE
+    except ValueError:
+        return _UNREADABLE
+
+
+@dataclass(frozen=True)
+class BatchAudit:
+    """A batch of attempts' audits, and what the checks across attempts need from them."""
+
+    findings: list[Finding]
+    claims: list[ReceiptClaim]
+    later: list[ManifestEntry]
+    """Grader receipts and judgements after generation 1 (each must be named by a mutation receipt)."""
+    unpassed: set[str]
+    """Grader receipts that do not read back or did not pass."""
+
+
+def audit_attempts(registry: Registry, attempts: list[list[ManifestEntry]]) -> BatchAudit:
+    """Every check of each attempt (entries in seq order), attempt after attempt; doctor's pass calls it."""
+    audit = BatchAudit([], [], [], set())
+    for entries in attempts:
+        audit.findings.extend(audit_attempt(registry, entries) + audit_judgements(registry, entries))
+        audit.findings.extend(audit_grading_binding(registry, entries) + rederive_candidate(registry, entries))
+        receipts = [entry for entry in entries if entry.role == Role.GRADER_RECEIPT]
+        audit.claims.extend(claim_receipt(registry, entry) for entry in receipts)
+        audit.later.extend(entry for entry in entries if entry.role in (Role.GRADER_RECEIPT, Role.JUDGEMENT)
+                           and (entry.generation or 1) > 1)
+        audit.unpassed.update(entry.digest for entry in receipts if not receipt_passes(registry, entry))
+    return audit
+
+
+@dataclass(frozen=True)
+class _Records:
+    """What the experiment-record check needs, taken from the log so that the log can be dropped before a
+    record of 100,000 lines is parsed."""
+
+    entries: list[ManifestEntry]
+    generations: dict[tuple[str, str], set[int]]
+    unpassed: set[str]
+
+    def findings(self, registry: Registry) -> list[Finding]:
+        return rederive_records(registry, self.entries, self.generations, self.unpassed)
+
+
+def _across_attempts(registry: Registry, table: pa.Table, audits: list[BatchAudit], records: bool
+                     ) -> tuple[list[Finding], _Records | None]:
+    """The checks that span attempts, in the order doctor has always reported them: each attempt's own findings,
+    unexplained generations, grader bytes per version across the registry; then (``records``) what the
+    experiment records are checked with."""
+    findings = [finding for audit in audits for finding in audit.findings]
+    findings += rederive_generations(registry, [entry for audit in audits for entry in audit.later],
+                                     _entries(table, Role.MUTATION_RECEIPT))
+    findings += pin_graders((claim for audit in audits for claim in audit.claims), lambda seq: _entry_at(table, seq))
+    if not records:
+        return findings, None
+    unpassed = set().union(*(audit.unpassed for audit in audits))
+    return findings, _Records(_entries(table, Role.EXPERIMENT_RECORD), _generations(table), unpassed)
+
+
+def _entries(table: pa.Table, role: str) -> list[ManifestEntry]:
+    return entries_where(table, pc.equal(table.column("role"), role))
+
+
+def _entry_at(table: pa.Table, seq: int) -> ManifestEntry:
+    return entries_where(table, pc.equal(table.column("seq"), seq))[-1]
+
+
+def _generations(table: pa.Table) -> dict[tuple[str, str], set[int]]:
+    """(attempt, receipt digest) -> the generations that receipt is of, over every attempt's grader receipts."""
+    receipts = table.filter(pc.and_(pc.equal(table.column("role"), Role.GRADER_RECEIPT.value),
+                                    pc.is_valid(table.column("attempt_id"))))
+    held: dict[tuple[str, str], set[int]] = {}
+    for attempt, object_digest, generation in zip(receipts.column("attempt_id").to_pylist(),
+                                                  receipts.column("digest").to_pylist(),
+                                                  receipts.column("generation").to_pylist(), strict=True):
+        held.setdefault((attempt, object_digest), set()).add(generation or 1)
+    return held
+
+
 def audit_receipts(registry: Registry, attempt_ids: list[str] | None = None) -> list[Finding]:
-    """Audit every attempt's (or only ``attempt_ids``') grader receipts and judge records."""
-    by_attempt: dict[str, list[ManifestEntry]] = {}
-    for entry in registry.entries(attempt_ids=attempt_ids):
-        if entry.attempt_id is not None:
-            by_attempt.setdefault(entry.attempt_id, []).append(entry)
-    findings: list[Finding] = []
-    receipts: list[ManifestEntry] = []
-    later: list[ManifestEntry] = []
-    for entries in by_attempt.values():
-        findings += audit_attempt(registry, entries) + audit_judgements(registry, entries)
-        findings += audit_grading_binding(registry, entries) + rederive_candidate(registry, entries)
-        receipts += [entry for entry in entries if entry.role == Role.GRADER_RECEIPT]
-        later += [entry for entry in entries if entry.role in (Role.GRADER_RECEIPT, Role.JUDGEMENT)
-                  and (entry.generation or 1) > 1]
-    findings += rederive_generations(registry, later)
-    pins: dict[str, tuple[str, int]] = {}
-    for receipt in sorted(receipts, key=lambda entry: entry.seq):
-        findings += rederive_receipt(registry, receipt, pins)
-    if attempt_ids is None:
-        findings += rederive_records(registry, registry.entries(role=Role.EXPERIMENT_RECORD), receipts)
-    return findings
+    """Audit every attempt's (or only ``attempt_ids``') grader receipts and judge records, as readers see the
+    manifest (segments and commits); doctor does it in its own pass over the raw log when that log is sound."""
+    table = registry.table()
+    scope = None if attempt_ids is None else frozenset(attempt_ids)
+    audits = [audit for batch in attempt_batches(table, scope)
+              if (audit := sweep_batch(registry, batch, trusted=None, visit=audit_attempts).visited) is not None]
+    findings, records = _across_attempts(registry, table, audits, records=attempt_ids is None)
+    return findings + (records.findings(registry) if records else [])
 
 
 def audit_registry(registry: Registry, pins: Iterable[Pin] = (), attempt_ids: list[str] | None = None,
                    trust: list[bytes] | None = None) -> DoctorReport:
     """What ``tribunal doctor`` reports: the store's own checks (signatures against ``trust``, else the
     registry's anchor), then the receipts and judgements of every attempt (or of the attempts in
-    ``attempt_ids``: a report's scope)."""
-    report = check_registry(registry, pins, trust)
-    try:
-        receipts = audit_receipts(registry, attempt_ids)
-    except ManifestCorrupt:
-        receipts = []  # the chain findings already say why the manifest cannot be read
+    ``attempt_ids``: a report's scope).
+
+    Both read each object once, in one pass over the raw log -- which, when
+    it has no structural finding, holds exactly the entries readers see.
+    """
+    scope = None if attempt_ids is None else frozenset(attempt_ids)
+    inspection = inspect_registry(registry, pins, trust, audit_attempts, scope)
+    report = inspection.report
+    if inspection.visited is None:
+        try:
+            receipts = audit_receipts(registry, attempt_ids)
+        except ManifestCorrupt:
+            receipts = []  # the chain findings already say why the manifest cannot be read
+        return report.model_copy(update={"findings": report.findings + receipts})
+    receipts, records = _across_attempts(registry, inspection.table, inspection.visited,
+                                         records=attempt_ids is None)
+    del inspection  # the log's entries, before the experiment records are read
+    release_free_memory()
+    if records is not None:
+        receipts += records.findings(registry)
     return report.model_copy(update={"findings": report.findings + receipts})

@@ -21,12 +21,15 @@ Each rule has its own finding kind; messages name the attempt and generation.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import TypeVar
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from registry import (
+    AttemptSummary,
     CandidateResult,
     ExperimentRecord,
     Finding,
@@ -48,7 +51,7 @@ M = TypeVar("M", bound=BaseModel)
 
 def _read(registry: Registry, object_digest: str, model: type[M]) -> M | None:
     try:
-        return model.model_validate(json.loads(registry.get(object_digest)))
+        return registry.objects.load_decoded(object_digest, model)
     except (ObjectMissing, ObjectCorrupt, ValueError, ValidationError):
         return None
 
@@ -66,16 +69,23 @@ def _output(registry: Registry, object_digest: str) -> bytes | None:
         return None
 
 
-def rederive_receipt(registry: Registry, entry: ManifestEntry, pins: dict[str, tuple[str, int]]) -> list[Finding]:
-    """One generation: its output yields its verdict; its grader sha256 is one and the version's pinned one.
+@dataclass(frozen=True, slots=True)
+class ReceiptClaim:
+    """One generation re-derived on its own, and the grader bytes it ran as (checked across the registry later)."""
 
-    ``pins`` maps ``grader_id@version`` to the first sha256 recorded for it (and where), across the registry.
-    """
+    seq: int
+    findings: list[Finding]
+    grader: tuple[str, str] | None = None
+    """``(grader_id@version, sha256)`` when input, result and receipt name one sha256."""
+
+
+def claim_receipt(registry: Registry, entry: ManifestEntry) -> ReceiptClaim:
+    """One generation: its output yields its verdict; input, result and receipt name one grader sha256."""
     receipt = _read(registry, entry.digest, GraderReceipt)
     result = _read(registry, receipt.result_hash, GraderResult) if receipt else None
     output = _output(registry, receipt.output_hash) if receipt else None
     if receipt is None or result is None or output is None:
-        return []  # unreadable records are the receipt audit's findings
+        return ReceiptClaim(entry.seq, [])  # unreadable records are the receipt audit's findings
     findings = []
     if result.failure is None:
         passed, refusal = verdict_in(output, "grader")
@@ -90,17 +100,37 @@ def rederive_receipt(registry: Registry, entry: ManifestEntry, pins: dict[str, t
     grader_input = _read(registry, receipt.input_hash, GraderInput)
     named = {receipt.grader_sha256, result.grader_sha256, grader_input.grader_sha256 if grader_input else None}
     named.discard(None)
-    key = f"{receipt.grader_id}@{receipt.grader_version}"
     if len(named) > 1:
         findings.append(_finding("grader-sha256-mismatch", entry,
                                  f"input, result and receipt name different grader bytes: {sorted(map(str, named))}"))
-    elif named:
-        sha = str(next(iter(named)))
-        first, seq = pins.setdefault(key, (sha, entry.seq))
+        return ReceiptClaim(entry.seq, findings)
+    if not named:
+        return ReceiptClaim(entry.seq, findings)
+    grader = (sys.intern(f"{receipt.grader_id}@{receipt.grader_version}"), sys.intern(str(next(iter(named)))))
+    return ReceiptClaim(entry.seq, findings, grader)  # interned: a batch's claims carry one copy of each
+
+
+def pin_graders(claims: Iterable[ReceiptClaim], entry_at: Callable[[int], ManifestEntry]) -> list[Finding]:
+    """Each generation's findings in seq order, and where a grader id and version ran as other bytes than the
+    first sha256 recorded for it across the registry (``entry_at``: the receipt entry of a seq)."""
+    pins: dict[str, tuple[str, int]] = {}
+    findings = []
+    for claim in sorted(claims, key=lambda claim: claim.seq):
+        findings += claim.findings
+        if claim.grader is None:
+            continue
+        key, sha = claim.grader
+        first, seq = pins.setdefault(key, (sha, claim.seq))
         if sha != first:
-            findings.append(_finding("grader-sha256-mismatch", entry,
+            findings.append(_finding("grader-sha256-mismatch", entry_at(claim.seq),
                                      f"{key} ran as sha256 {sha}, but {key} was recorded as {first} at seq {seq}"))
     return findings
+
+
+def receipt_passes(registry: Registry, entry: ManifestEntry) -> bool:
+    """Whether a grader receipt reads back and passed (what an experiment record counting it resolved needs)."""
+    receipt = _read(registry, entry.digest, GraderReceipt)
+    return receipt is not None and receipt.passed
 
 
 def rederive_candidate(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
@@ -130,35 +160,34 @@ def rederive_candidate(registry: Registry, entries: list[ManifestEntry]) -> list
 
 
 def rederive_records(registry: Registry, records: Iterable[ManifestEntry],
-                     receipts: list[ManifestEntry]) -> list[Finding]:
+                     generations: dict[tuple[str, str], set[int]], unpassed: set[str]) -> list[Finding]:
     """Every experiment record's lines name receipts of their attempts and say what those receipts say.
 
-    One receipt's bytes may be several generations of an attempt (a grader that comes back, A -> B -> A).
+    ``generations`` maps (attempt, receipt digest) to the generations that
+    receipt is of: one receipt's bytes may be several generations of an
+    attempt (a grader that comes back, A -> B -> A). ``unpassed`` holds the
+    receipts that do not read back or did not pass (the receipt audit read them).
     """
-    generations: dict[tuple[str | None, str], set[int]] = {}
-    for receipt_entry in receipts:
-        generations.setdefault((receipt_entry.attempt_id, receipt_entry.digest), set()).add(
-            receipt_entry.generation or 1)
     findings = []
     for entry in records:
-        record = _read(registry, entry.digest, ExperimentRecord)
+        record = _record_lines(registry, entry.digest)
         if record is None:
             findings.append(Finding(kind="experiment-record-unreadable", seq=entry.seq, digest=entry.digest,
                                     message=f"experiment record at seq {entry.seq} does not parse"))
             continue
-        if record.resolved != sum(line.resolved for line in record.attempts):
+        resolved, lines = record
+        if resolved != sum(line.resolved for line in lines):
             findings.append(Finding(kind="experiment-record-disagrees", seq=entry.seq, digest=entry.digest,
-                                    message=f"record at seq {entry.seq} counts {record.resolved} resolved, its "
-                                            f"lines {sum(line.resolved for line in record.attempts)}"))
-        for line in record.attempts:
+                                    message=f"record at seq {entry.seq} counts {resolved} resolved, its "
+                                            f"lines {sum(line.resolved for line in lines)}"))
+        for line in lines:
             held = generations.get((line.attempt_id, line.receipt_digest))
-            receipt = _read(registry, line.receipt_digest, GraderReceipt) if held else None
             problem = None
             if not held:
                 problem = f"names receipt {line.receipt_digest}, which is not a receipt of this attempt"
             elif line.generation not in held:
                 problem = f"says generation {line.generation}, its receipt is generation {sorted(held)}"
-            elif line.resolved and (receipt is None or not receipt.passed):
+            elif line.resolved and line.receipt_digest in unpassed:
                 problem = "counts the attempt resolved, its receipt did not pass"
             elif line.resolved != (line.terminal_class == "resolved"):
                 problem = f"says resolved={line.resolved} for terminal class {line.terminal_class}"
@@ -169,7 +198,106 @@ def rederive_records(registry: Registry, records: Iterable[ManifestEntry],
     return findings
 
 
-def rederive_generations(registry: Registry, generations: list[ManifestEntry]) -> list[Finding]:
+class RecordLine(NamedTuple):
+    """What the record checks read of one experiment record line."""
+
+    attempt_id: str
+    receipt_digest: str
+    generation: int
+    resolved: bool
+    terminal_class: str
+
+
+def _record_lines(registry: Registry, object_digest: str) -> tuple[int, list[RecordLine]] | None:
+    """An experiment record's resolved count and lines; None when it does not read back as a record.
+
+    A record of 100,000 attempts is 160 MB of JSON and half a gigabyte as
+    dicts and models, so a record written as tribunal writes it (canonical:
+    ``{"attempts":[`` first) is decoded and validated a line at a time and only
+    what the checks read is kept. A record is valid exactly when its other
+    fields are and each line is (a list validates element by element). Any
+    other text is read whole with ``json.loads``, as before, which also decides
+    whether a record that does not stream is readable at all.
+    """
+    try:
+        data = registry.get(object_digest)
+    except (ObjectMissing, ObjectCorrupt):
+        return None
+    try:
+        text = data.decode(json.detect_encoding(data), "surrogatepass")  # what json.loads does with bytes
+    except UnicodeDecodeError:
+        return None
+    del data
+    try:
+        return _streamed(text)
+    except _NotStreamable:
+        pass
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    lines = body.get("attempts") if isinstance(body, dict) else None
+    try:
+        if not isinstance(lines, list):
+            record = ExperimentRecord.model_validate(body)
+            return record.resolved, [_line(line) for line in record.attempts]
+        resolved = ExperimentRecord.model_validate({**body, "attempts": []}).resolved
+        return resolved, [_line(AttemptSummary.model_validate(line)) for line in lines]
+    except ValidationError:
+        return None
+
+
+class _NotStreamable(Exception):
+    """The record's text is not laid out as tribunal writes it: read it whole."""
+
+
+_OPENING = '{"attempts":['
+_WHITESPACE = " \t\n\r"
+
+
+def _streamed(text: str) -> tuple[int, list[RecordLine]] | None:
+    """``_record_lines`` for a record that starts ``{"attempts":[`` and has no whitespace between lines: the same
+    values ``json.loads`` would give, decoded one line at a time (anything else raises ``_NotStreamable``)."""
+    if not text.startswith(_OPENING):
+        raise _NotStreamable
+    decoder = json.JSONDecoder()
+    position, kept, valid = len(_OPENING), [], True
+    try:
+        if text[position] != "]":
+            while True:
+                value, position = decoder.raw_decode(text, position)
+                try:
+                    if valid:
+                        kept.append(_line(AttemptSummary.model_validate(value)))
+                except ValidationError:
+                    valid = False  # unreadable -- unless the text goes on to name other lines (below)
+                if text[position] == "]":
+                    break
+                if text[position] != ",":
+                    raise _NotStreamable
+                position += 1
+        position += 1
+        rest = json.loads("{" + text[position + 1 :]) if text[position] == "," else {}
+        if text[position] not in ",}" or (text[position] == "}" and text[position + 1 :].strip(_WHITESPACE)):
+            raise _NotStreamable
+    except (ValueError, IndexError):
+        raise _NotStreamable from None
+    if not isinstance(rest, dict) or "attempts" in rest:
+        raise _NotStreamable  # a second "attempts" key: json.loads keeps the last one
+    try:
+        resolved = ExperimentRecord.model_validate({**rest, "attempts": []}).resolved
+    except ValidationError:
+        return None
+    return (resolved, kept) if valid else None
+
+
+def _line(summary: AttemptSummary) -> RecordLine:
+    return RecordLine(summary.attempt_id, summary.receipt_digest, summary.generation, summary.resolved,
+                      summary.terminal_class)
+
+
+def rederive_generations(registry: Registry, generations: list[ManifestEntry],
+                         mutations: Iterable[ManifestEntry]) -> list[Finding]:
     """Every grader receipt or judgement after generation 1 is named by a mutation receipt (regrade, rejudge).
 
     A forger appending generation 2 writes no mutation receipt -- and in a
@@ -179,7 +307,7 @@ def rederive_generations(registry: Registry, generations: list[ManifestEntry]) -
     """
     named: set[tuple[str, str]] = set()
     horizon = -1
-    for entry in registry.entries(role=Role.MUTATION_RECEIPT):
+    for entry in mutations:
         receipt = _read(registry, entry.digest, MutationReceipt)
         if receipt is None:
             continue

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+import registry._log as log_module
 import registry._manifest as manifest_module
 from registry import NewEntry, Pin, Registry, check_registry
 from registry._entry import entry_hash, rows_to_table
@@ -141,3 +142,50 @@ def test_unreadable_segment(store_url: str, raw, monkeypatch: pytest.MonkeyPatch
     raw(registry).write(segment_key(0, 1), b"not parquet")
     findings = check_registry(Registry.open(store_url)).findings
     assert [(f.kind, f.version) for f in findings] == [("segment-unreadable", 0)]
+
+
+def _delete_commit(registry: Registry, raw: Any) -> None:
+    raw(registry).delete(commit_key(4))
+
+
+def _duplicate_across_a_seam(registry: Registry, raw: Any) -> None:
+    write_rows(raw, registry, 4, read_rows(registry, 3))
+
+
+def _swap_commits(registry: Registry, raw: Any) -> None:
+    one, two = registry.storage.read(commit_key(3)), registry.storage.read(commit_key(4))
+    raw(registry).write(commit_key(3), two)
+    raw(registry).write(commit_key(4), one)
+
+
+def _edit_entries(registry: Registry, raw: Any) -> None:
+    for version in (1, 5):
+        rows = read_rows(registry, version)
+        rows[0]["size"] += 1
+        write_rows(raw, registry, version, rows)
+
+
+def _garble_commit(registry: Registry, raw: Any) -> None:
+    raw(registry).write(commit_key(2), b"not parquet")
+
+
+def _tamper_segment(registry: Registry, raw: Any) -> None:
+    key = segment_key(2, 3)
+    rows = decode_table(registry.storage.read(key), key).to_pylist()
+    rows[0]["role"] = "grader-result"
+    raw(registry).write(key, encode_table(rows_to_table(rows)))
+
+
+@pytest.mark.parametrize("damage", [_delete_commit, _duplicate_across_a_seam, _swap_commits, _edit_entries,
+                                    _garble_commit, _tamper_segment])
+def test_the_log_read_in_pieces_gives_the_findings_of_one_read(  # type: ignore[no-untyped-def]
+        store_url: str, raw, monkeypatch: pytest.MonkeyPatch, damage: Any) -> None:
+    """Doctor decodes the log in pieces (on several cores); damage at a seam between pieces must read the same."""
+    monkeypatch.setattr(manifest_module, "SEGMENT_COMMITS", 2)
+    registry = build(store_url, commits=8)
+    damage(registry, raw)
+    whole = check_registry(Registry.open(store_url)).findings
+    for size in (2, 3):
+        monkeypatch.setattr(log_module, "PIECE_COMMITS", size)
+        assert check_registry(Registry.open(store_url)).findings == whole, size
+    assert whole
