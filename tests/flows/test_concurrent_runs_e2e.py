@@ -10,9 +10,21 @@ from registry import CandidateResult, GraderInput, GraderReceipt, Registry, Role
 from tests.helpers import copy_demo, start_tribunal, tribunal
 
 COIN = '''"""Right or wrong at random, a different patch on every run, and a patch the grader takes a random
-time over: which run's grading lands first no longer follows which run retained first."""
+time over: which run's grading lands first no longer follows which run retained first.
+
+First, a barrier in a folder both runs share: a run has two program slots, so a third marker can only come from
+the other run, and no attempt is retained before both runs have read the manifest (the race always happens)."""
+import os
 import random
 import sys
+import time
+import uuid
+
+BARRIER = sys.argv[1]
+open(os.path.join(BARRIER, uuid.uuid4().hex), "w").close()
+deadline = time.monotonic() + 120
+while len(os.listdir(BARRIER)) < 3 and time.monotonic() < deadline:
+    time.sleep(0.05)
 
 from fixes import CORRECT, WRONG, apply, report
 
@@ -26,9 +38,13 @@ apply({name: f"{source}import time\\ntime.sleep({random.uniform(0, 1.5):.6f})\\n
 def coin_experiment(tmp_path: Path) -> Path:
     spec = copy_demo(tmp_path / "exp")
     (spec.parent / "agents" / "coin.py").write_text(COIN)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    config = spec.parent / "tribunal.toml"
+    config.write_text(config.read_text() + f'\n[sandbox]\nread_write = ["{barrier}"]\n')
     head = spec.read_text().split("[[candidate]]")[0].replace("attempts = 1", "attempts = 4")
     spec.write_text(head + '[[candidate]]\nid = "coin"\nkind = "command"\nread_only = ["{experiment_dir}/agents"]\n'
-                    f'command = ["{sys.executable}", "{{experiment_dir}}/agents/coin.py"]\n'
+                    f'command = ["{sys.executable}", "{{experiment_dir}}/agents/coin.py", "{barrier}"]\n'
                     'provider = "demo-labs"\nmodel = "coin-1"\n')
     return spec
 
