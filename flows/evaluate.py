@@ -20,28 +20,26 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
 from flows.artifacts import Progress, publish_outcome
+from flows.opening import graders, open_target
 from flows.requests import EvaluateRequest, Runner, run_namer
 from registry import (
     AttemptRef,
+    Config,
     NewEntry,
     Plan,
     PlanDrift,
-    Registry,
     Role,
     UsageError,
     code_drift,
     ensure_signed,
-    find_config,
-    load_config,
     load_plan,
     plan_bytes,
-    tune_allocators,
 )
 from tasks.attempts import AttemptState, attempt_states, make_contract
 from tasks.execution.candidate import candidate_sandbox
-from tasks.execution.sandbox import ensure_backend, ensure_hidden
+from tasks.execution.sandbox import Sandbox
 from tasks.execution.workbench import Workbench, workbench
-from tasks.grading import grader_sandbox
+from tasks.judges import judge_sandbox
 from tasks.progress import attempt_done
 from tasks.report import build_report, current_summaries, seal_experiment_record
 from tasks.steps import execute_candidates, grade_candidates, judge_candidates, seal_attempts
@@ -86,6 +84,12 @@ def _states(states: dict[str, AttemptState], batch: list[AttemptRef]) -> dict[st
     return {ref.attempt_id: states[ref.attempt_id] for ref in batch if ref.attempt_id in states}
 
 
+def every_program(config: Config, plan: Plan) -> list[Sandbox]:
+    """What an evaluate run may start: the plan's candidates, every grader, command judges."""
+    return ([candidate_sandbox(config, plan, candidate) for candidate in plan.candidates] + graders(config, plan)
+            + [judge_sandbox(config.sandbox)])
+
+
 def describe(request: EvaluateRequest) -> str:
     """Name the run after what it evaluates (the plan's experiment)."""
     return load_plan(Path(request.plan_path)).experiment
@@ -116,14 +120,8 @@ def evaluate(request: EvaluateRequest) -> EvaluateSummary:
 def evaluate_plan(request: EvaluateRequest) -> EvaluateSummary:
     """The body of ``evaluate``, callable inside another flow (``nightly``) so its tasks show in that run's graph."""
     logger = get_run_logger()
-    tune_allocators()
-    plan = load_plan(Path(request.plan_path))
-    config = load_config(find_config(request.config_path))
-    ensure_backend(config.sandbox)
-    registry = Registry.open_signing(request.registry_url, config)
-    ensure_hidden(registry.signer.path if registry.signer else None,
-                  [candidate_sandbox(config, plan, candidate) for candidate in plan.candidates]
-                  + [grader_sandbox(config, name, profile) for name, profile in config.grader_profiles.items()])
+    opened = open_target(request, every_program)
+    plan, config, registry = opened.plan, opened.config, opened.registry
     missing = [d for d in plan_inputs(plan) if not registry.objects.exists(d)]
     if missing:
         raise UsageError(f"{len(missing)} plan inputs (e.g. {missing[0]}) are not in registry {registry.url}; "

@@ -15,10 +15,9 @@ from prefect import flow, get_run_logger
 from pydantic import BaseModel, ConfigDict
 
 from flows.generations import run_batches, seal_new_version
+from flows.opening import graders, open_target
 from flows.requests import RegradeRequest, run_namer
-from registry import Registry, ensure_signed, find_config, load_config, load_plan, tune_allocators
-from tasks.execution.sandbox import ensure_backend, ensure_hidden
-from tasks.grading import grader_sandbox
+from registry import ensure_signed, find_config, load_config, load_plan
 from tasks.regrade import (
     RegradeOutcome,
     latest_record_digest,
@@ -58,13 +57,8 @@ def describe(request: RegradeRequest) -> str:
 def regrade(request: RegradeRequest) -> RegradeSummary:
     """Regrade every attempt of a plan with the current grader bytes; never runs a candidate."""
     logger = get_run_logger()
-    tune_allocators()
-    plan = load_plan(Path(request.plan_path))
-    config = load_config(find_config(request.config_path))
-    ensure_backend(config.sandbox)
-    registry = Registry.open_signing(request.registry_url, config)
-    ensure_hidden(registry.signer.path if registry.signer else None,
-                  [grader_sandbox(config, name, profile) for name, profile in config.grader_profiles.items()])
+    opened = open_target(request, graders)
+    plan, config, registry = opened.plan, opened.config, opened.registry
     profile = request.profile
     ensure_signed(registry, plan.experiment)
     previous = latest_record_digest(registry, plan)

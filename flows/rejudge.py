@@ -14,9 +14,10 @@ from prefect import flow
 from pydantic import BaseModel, ConfigDict
 
 from flows.generations import run_batches, seal_new_version
+from flows.opening import open_target
 from flows.requests import RejudgeRequest, run_namer
-from registry import Registry, ensure_signed, find_config, load_config, load_plan, tune_allocators
-from tasks.execution.sandbox import ensure_backend
+from registry import ensure_signed, load_plan
+from tasks.judges import judge_sandbox
 from tasks.regrade import latest_record_digest
 from tasks.report import head_label
 from tasks.steps import rejudge_candidates
@@ -46,11 +47,8 @@ def describe(request: RejudgeRequest) -> str:
 @flow(name="rejudge", flow_run_name=run_namer("rejudge", RejudgeRequest, describe))
 def rejudge(request: RejudgeRequest) -> RejudgeSummary:
     """Judge every attempt of a plan again with the current judge policy; never runs a candidate."""
-    tune_allocators()
-    plan = load_plan(Path(request.plan_path))
-    config = load_config(find_config(request.config_path))
-    ensure_backend(config.sandbox)
-    registry = Registry.open_signing(request.registry_url, config)
+    opened = open_target(request, lambda config, _: [judge_sandbox(config.sandbox)])
+    plan, config, registry = opened.plan, opened.config, opened.registry
     judge = request.judge
     ensure_signed(registry, plan.experiment)
     previous = latest_record_digest(registry, plan)

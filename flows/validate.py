@@ -17,6 +17,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
 from flows.artifacts import artifact_key
+from flows.opening import graders, open_target
 from flows.requests import ValidateRequest, run_namer
 from registry import (
     Config,
@@ -24,14 +25,9 @@ from registry import (
     PlanCase,
     Registry,
     ValidationRecord,
-    find_config,
-    load_config,
     load_plan,
-    tune_allocators,
 )
-from tasks.execution.sandbox import ensure_backend, ensure_hidden
 from tasks.execution.workbench import Workbench, workbench
-from tasks.grading import grader_sandbox
 from tasks.steps import step
 from tasks.validation import seal_validation, validate_case
 
@@ -72,13 +68,8 @@ def describe(request: ValidateRequest) -> str:
 @flow(name="validate", flow_run_name=run_namer("validate", ValidateRequest, describe))
 def validate(request: ValidateRequest) -> ValidationSummary:
     """Validate every case of the plan with its grader profile's current bytes."""
-    tune_allocators()
-    plan = load_plan(Path(request.plan_path))
-    config = load_config(find_config(request.config_path))
-    ensure_backend(config.sandbox)
-    registry = Registry.open_signing(request.registry_url, config)
-    ensure_hidden(registry.signer.path if registry.signer else None,
-                  [grader_sandbox(config, name, profile) for name, profile in config.grader_profiles.items()])
+    opened = open_target(request, graders)
+    plan, config, registry = opened.plan, opened.config, opened.registry
     with workbench(request.concurrency, prefix="tribunal-validate-") as bench, \
             ThreadPoolTaskRunner[ValidatedCase](max_workers=bench.preparers) as runner:
         futures = [runner.submit(validate_one, {"case": case, "plan": plan, "config": config,

@@ -139,12 +139,17 @@ def _chat_verdict(body: bytes, model: str) -> tuple[bool, JudgeFailure | None]:
     return answer["passed"], None
 
 
+def judge_sandbox(settings: SandboxConfig) -> Sandbox:
+    """A command judge's walls: no network, only the config's read-only paths."""
+    return Sandbox(settings, "judge", Exposure(read_only=tuple(settings.read_only)), ("PATH",))
+
+
 def _command(config: JudgeConfig, policy: JudgePolicy, scoring_id: str, blinded: bytes,
              bench: Workbench, settings: SandboxConfig) -> tuple[bool, JudgeFailure | None, bytes]:
     if not config.path or not config.sha256:
         return False, "judge-unavailable", b""
     path = Path(config.path)
-    sandbox = Sandbox(settings, "judge", Exposure(read_only=tuple(settings.read_only)), ("PATH",))
+    sandbox = judge_sandbox(settings)
     with scratch_dir(bench, "judge-") as tmp:
         workspace = Path(tmp) / "workspace"
         workspace.mkdir()

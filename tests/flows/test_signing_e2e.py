@@ -152,6 +152,20 @@ def test_a_signing_key_a_candidate_could_read_is_refused_before_anything_runs(
     assert not Registry.open(registry).entries(role=Role.TRANSCRIPT.value)
 
 
+def test_a_rejudge_refuses_a_signing_key_its_unsandboxed_judges_could_read(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Attack: a signed registry rejudged with `[sandbox] backend = "none"`: a command judge (third-party code)
+    would run beside the private key and could sign whatever generation it liked."""
+    registry, plan, config, _ = signed_demo(tmp_path, cli_env)
+    before = len(Registry.open(registry).entries())
+    config.write_text(config.read_text() + '\n[sandbox]\nbackend = "none"\n')
+    judged = tribunal("rejudge", "--plan", str(plan), "--registry", registry, "--config", str(config),
+                      "--judge", "review", env=cli_env)
+    assert judged.returncode == 1 and "readable by unsandboxed judges" in " ".join(judged.stderr.split())
+    assert len(Registry.open(registry).entries()) == before
+
+
 def test_pre_appended_grading_txns_cannot_replace_tribunals_grading(tmp_path: Path, cli_env: dict[str, str]) -> None:
     """Attack: before the run, a writer appends the txns tribunal will use for an attempt's grading, holding a
     passing receipt, so that txn deduplication throws tribunal's real grading away."""

@@ -1,0 +1,43 @@
+"""What every flow over a plan does before any work: read its inputs, check the sandbox, open the registry.
+
+One place, so no flow can forget a step: above all the check that the
+private signing key is outside every path a program of that flow can read
+(``ensure_hidden``), which is what makes a signature mean that tribunal, not
+a candidate, grader or judge, wrote the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from flows.requests import Target
+from registry import Config, Plan, Registry, find_config, load_config, load_plan, tune_allocators
+from tasks.execution.sandbox import Sandbox, ensure_backend, ensure_hidden
+from tasks.grading import grader_sandbox
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A flow's plan, config and registry (opened with the config's signing key, if any)."""
+
+    plan: Plan
+    config: Config
+    registry: Registry
+
+
+def open_target(target: Target, programs: Callable[[Config, Plan], list[Sandbox]]) -> Opened:
+    """Load the plan and config, check the backend, open the registry, and refuse a key ``programs`` could read."""
+    tune_allocators()
+    plan = load_plan(Path(target.plan_path))
+    config = load_config(find_config(target.config_path))
+    ensure_backend(config.sandbox)
+    registry = Registry.open_signing(target.registry_url, config)
+    ensure_hidden(registry.signer.path if registry.signer else None, programs(config, plan))
+    return Opened(plan, config, registry)
+
+
+def graders(config: Config, plan: Plan) -> list[Sandbox]:
+    """The sandbox of every configured grader profile."""
+    return [grader_sandbox(config, name, profile) for name, profile in config.grader_profiles.items()]
