@@ -34,6 +34,7 @@ from tasks.calibration import Subject, grade_subject, judge_subject, seal_calibr
 from tasks.execution.sandbox import ensure_backend, ensure_hidden
 from tasks.execution.workbench import Workbench, workbench
 from tasks.grading import grader_sandbox
+from tasks.judges import judge_sandbox
 from tasks.steps import step
 
 BATCH = 25
@@ -72,16 +73,20 @@ def describe(request: CalibrateRequest) -> str:
 
 @flow(name="calibrate", flow_run_name=run_namer("calibrate", CalibrateRequest, describe))
 def calibrate(request: CalibrateRequest) -> CalibrationSummary:
-    """Grade every item of the set with the profile's current bytes; seal the gate decision."""
+    """Grade every item of the set with the profile's current bytes; seal the gate decision.
+
+    The programs it will run (the judge, or the graders) must not see the signing key.
+    """
     tune_allocators()
     calibration_set = parse_calibration_set(read_set_text(request.set_path), request.set_path)
     config = load_config(find_config(request.config_path))
     ensure_backend(config.sandbox)
     registry = Registry.open_signing(request.registry_url, config)
-    ensure_hidden(registry.signer.path if registry.signer else None,
-                  [grader_sandbox(config, name, profile) for name, profile in config.grader_profiles.items()])
-    plan = load_plan(Path(request.plan_path)) if request.plan_path else None
     kind, name = request.subject
+    programs = [judge_sandbox(config.sandbox)] if kind == "judge" else [
+        grader_sandbox(config, profile_name, profile) for profile_name, profile in config.grader_profiles.items()]
+    ensure_hidden(registry.signer.path if registry.signer else None, programs)
+    plan = load_plan(Path(request.plan_path)) if request.plan_path else None
     made = subjects(registry, calibration_set, plan, request.profile or "")
     with workbench(request.concurrency, prefix="tribunal-calibrate-") as bench, \
             ThreadPoolTaskRunner[list[Outcome]](max_workers=bench.preparers) as runner:

@@ -166,6 +166,38 @@ def test_a_rejudge_refuses_a_signing_key_its_unsandboxed_judges_could_read(
     assert len(Registry.open(registry).entries()) == before
 
 
+def test_a_judge_calibration_refuses_a_signing_key_inside_the_judges_read_only_paths(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Attack: an operator calibrates a command judge (third-party code) with a config that has no grader
+    profiles and lists the key's folder in `[sandbox] read_only`; the judge could read the private key and
+    sign whatever it liked, while only the graders' walls used to be checked."""
+    import hashlib
+
+    registry, plan, _, _ = signed_demo(tmp_path, cli_env)
+    key = tmp_path / "keys" / "signing.pem"
+    judge, rubric = tmp_path / "judge.py", tmp_path / "rules.md"
+    judge.write_text("import json, sys\nsys.stdin.read()\nprint(json.dumps({'passed': False}))\n")
+    rubric.write_text("A candidate passes when it changed something.\n")
+    config = tmp_path / "judge-only.toml"
+    config.write_text(
+        f'[signing]\nkey_file = "{key}"\n[sandbox]\nread_only = ["{key.parent}"]\n'
+        f'[judges.rules]\njudge_id = "rules"\nversion = "1"\nadapter = "command"\nmodel = "rules-1"\n'
+        f'rubric = "{rubric}"\nrubric_sha256 = "{hashlib.sha256(rubric.read_bytes()).hexdigest()}"\n'
+        f'path = "{judge}"\nsha256 = "{hashlib.sha256(judge.read_bytes()).hexdigest()}"\n')
+    case = json.loads(plan.read_text())["cases"][0]["id"]
+    items = tmp_path / "judge-set.jsonl"
+    items.write_text("\n".join(json.dumps(line) for line in [
+        {"provenance": {"adjudication_source": "ann", "disagreement_policy": "none", "release_version": "1"}},
+        {"item_id": "empty", "case": case, "patch": "", "label": "fail", "stratum": "easy", "adjudicator": "ann"}]))
+    before = len(Registry.open(registry).entries())
+    calibrated = tribunal("calibrate", "--judge", "rules", "--set", str(items), "--plan", str(plan), "--registry",
+                          registry, "--config", str(config), "--json", env=cli_env)
+    assert calibrated.returncode == 1 and "inside a path a judge can read" in " ".join(calibrated.stderr.split())
+    assert "Traceback" not in calibrated.stderr
+    assert len(Registry.open(registry).entries()) == before
+
+
 def test_pre_appended_grading_txns_cannot_replace_tribunals_grading(tmp_path: Path, cli_env: dict[str, str]) -> None:
     """Attack: before the run, a writer appends the txns tribunal will use for an attempt's grading, holding a
     passing receipt, so that txn deduplication throws tribunal's real grading away."""
