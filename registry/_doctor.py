@@ -91,19 +91,22 @@ def _check_objects(registry: Registry, table: pa.Table, listed: pa.Array, damage
         for object_digest, data in zip(batch, registry.storage.read_many([object_key(d) for d in batch]), strict=True):
             if data is None or digest(data) != object_digest:
                 corrupt.add(object_digest)
-    absent = table.filter(pc.invert(pc.is_in(table.column("digest"), value_set=listed)))
+    objects = table.filter(pc.is_null(table.column("payload")))  # a payload is checked where it is read
+    absent = objects.filter(pc.invert(pc.is_in(objects.column("digest"), value_set=listed)))
     return [_corrupt(object_digest) for object_digest in sorted(corrupt)] + [
         _missing(seq, object_digest) for seq, object_digest in
         zip(absent.column("seq").to_pylist(), absent.column("digest").to_pylist(), strict=True)]
 
 
 def check_named_objects(registry: Registry, table: pa.Table) -> list[Finding]:
-    """Read back every object that ``table``'s entries name, with doctor's findings for what fails.
+    """Read back every object that ``table``'s entries name (a record carried in its commit is none), with
+    doctor's findings for what fails.
 
     The whole-store scan is doctor's; a command that builds on one scope (a
     plan's attempts) reads back only the objects of that scope first.
     """
-    named = dict(zip(table.column("digest").to_pylist(), table.column("seq").to_pylist(), strict=True))
+    objects = table.filter(pc.is_null(table.column("payload")))
+    named = dict(zip(objects.column("digest").to_pylist(), objects.column("seq").to_pylist(), strict=True))
     digests = list(named)
     findings = []
     for start in range(0, len(digests), READ_BATCH):

@@ -3,11 +3,16 @@
 An entry's ``entry_hash`` is the digest of the canonical JSON of every other
 field that has a value (``commit`` excluded: it says where an entry is stored,
 not what it is). Dropping null fields keeps old hashes valid when a later
-version adds an optional column.
+version adds an optional column, as ``payload`` was: a small record (a
+signature) carried in the commit itself, base64, whose sha256 is the entry's
+``digest``. It saves the separate object and its fsync on every signed append,
+and its bytes are covered by the entry hash like every other field.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 from datetime import UTC, datetime
 from typing import Any
@@ -16,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
-from registry._canonical import digest_json
+from registry._canonical import digest, digest_json
 
 ENTRY_SCHEMA = pa.schema(
     [
@@ -32,10 +37,13 @@ ENTRY_SCHEMA = pa.schema(
         pa.field("generation", pa.int64()),
         pa.field("grader_id", pa.string()),
         pa.field("grader_version", pa.string()),
+        pa.field("payload", pa.string()),
         pa.field("time", pa.string(), nullable=False),
         pa.field("commit", pa.int64(), nullable=False),
     ]
 )
+LEGACY_SCHEMA = pa.schema([field for field in ENTRY_SCHEMA if field.name != "payload"])
+"""Commits and segments written before ``payload`` existed."""
 HASHED_FIELDS = tuple(name for name in ENTRY_SCHEMA.names if name not in ("entry_hash", "commit"))
 JSON_ESCAPED = r'["\\\x00-\x1f]'
 """What ``json.dumps`` escapes in a string (``ensure_ascii=False``): quote, backslash, control characters."""
@@ -61,6 +69,8 @@ class NewEntry(BaseModel):
     generation: int | None = None
     grader_id: str | None = None
     grader_version: str | None = None
+    payload: str | None = None
+    """The record itself, base64, when it is carried in the commit instead of stored as an object."""
 
 
 class ManifestEntry(BaseModel):
@@ -80,8 +90,29 @@ class ManifestEntry(BaseModel):
     generation: int | None = None
     grader_id: str | None = None
     grader_version: str | None = None
+    payload: str | None = None
     time: str
     commit: int
+
+
+def carry(data: bytes) -> tuple[str, str]:
+    """(digest, payload) of a record an entry carries in its commit."""
+    return digest(data), base64.b64encode(data).decode()
+
+
+def carried(payload: str, object_digest: str) -> bytes | None:
+    """The bytes a ``payload`` carries, or None when they are not base64 or do not hash to the entry's digest."""
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return data if digest(data) == object_digest else None
+
+
+def with_payload(table: pa.Table) -> pa.Table:
+    """A table read from a file in ``LEGACY_SCHEMA``, in ``ENTRY_SCHEMA`` (no entry of it carries a payload)."""
+    return table.add_column(ENTRY_SCHEMA.get_field_index("payload"), ENTRY_SCHEMA.field("payload"),
+                            pa.nulls(table.num_rows, pa.string()))
 
 
 def utc_now() -> str:

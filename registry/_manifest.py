@@ -43,7 +43,16 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
 from registry._chain import check_links, check_segment
-from registry._entry import ENTRY_SCHEMA, ManifestEntry, NewEntry, rows_to_table, seal_entries, utc_now
+from registry._entry import (
+    ENTRY_SCHEMA,
+    LEGACY_SCHEMA,
+    ManifestEntry,
+    NewEntry,
+    rows_to_table,
+    seal_entries,
+    utc_now,
+    with_payload,
+)
 from registry._errors import CommitOutcomeUnknown, ManifestConflict, ManifestCorrupt, RegistryError
 from registry._layout import commit_key, list_commit_versions, list_segments, segment_key
 from registry._storage import Storage
@@ -100,6 +109,8 @@ def decode_table(data: bytes, where: str) -> pa.Table:
         table = reader.read_all(use_threads=len(data) > 1 << 20)
     except (pa.ArrowException, OSError) as error:
         raise ManifestCorrupt(f"{where} is not readable Parquet ({error})") from None
+    if table.schema.equals(LEGACY_SCHEMA, check_metadata=False):
+        return with_payload(table)
     if not table.schema.equals(ENTRY_SCHEMA, check_metadata=False):
         raise ManifestCorrupt(f"{where} does not have the manifest entry schema")
     return table

@@ -17,8 +17,8 @@ from pydantic import BaseModel
 
 from registry._canonical import canonical_json
 from registry._config import Config
-from registry._entry import ManifestEntry, NewEntry
-from registry._errors import RegistryRequired
+from registry._entry import ManifestEntry, NewEntry, carry
+from registry._errors import RegistryError, RegistryRequired
 from registry._manifest import Head, Manifest
 from registry._objects import ObjectStore, ReadOnce
 from registry._signing import (
@@ -26,11 +26,11 @@ from registry._signing import (
     SIGNATURE_ROLE,
     SIGNED_ROLES,
     SIGNING_KEY_ROLE,
-    Signature,
     Signer,
     SigningError,
     SigningKeyRecord,
     Subject,
+    entry_signature,
     resolve_key_file,
     subjects_bytes,
     trusted_keys,
@@ -161,23 +161,32 @@ class Registry:
                           attempt_id=entry.attempt_id, generation=entry.generation, digest=entry.digest)
         trusted = trusted_keys(self.signing_keys(), None)
         for signature_entry in self.entries(attempt_id=entry.attempt_id, role=SIGNATURE_ROLE):
-            signature = self.load(signature_entry.digest, Signature)
-            public = trusted.get(signature.key_id)
-            if public is not None and subject in signature.subjects and verifies(
+            signature = entry_signature(signature_entry.payload, signature_entry.digest, self._stored)
+            public = trusted.get(signature.key_id) if signature is not None else None
+            if signature is not None and public is not None and subject in signature.subjects and verifies(
                     public, signature.signature, subjects_bytes(signature.subjects)):
                 return True
         return False
 
     def _signature(self, signer: Signer, signed: list[NewEntry]) -> NewEntry:
-        """One detached signature entry over the subjects of an append's signed drafts."""
+        """One detached signature entry over the subjects of an append's signed drafts, carried in the same commit:
+        a separate object would cost every signed append a second fsync."""
         self._ensure_registered(signer)
         subjects = [Subject(txn=draft.txn, role=draft.role, experiment_id=draft.experiment_id,
                             attempt_id=draft.attempt_id, generation=draft.generation, digest=draft.digest)
                     for draft in signed]
         data = canonical_json(signer.sign(subjects).model_dump(mode="json"))
+        object_digest, payload = carry(data)
         first = signed[0]
         return NewEntry(txn=f"{first.txn}:signature", role=SIGNATURE_ROLE, experiment_id=first.experiment_id,
-                        attempt_id=first.attempt_id, digest=self.put(data), size=len(data))
+                        attempt_id=first.attempt_id, digest=object_digest, size=len(data), payload=payload)
+
+    def _stored(self, object_digest: str) -> bytes | None:
+        """An object's verified bytes, or None when it is missing or damaged (doctor says which)."""
+        try:
+            return self.get(object_digest)
+        except RegistryError:
+            return None
 
     def _anchored(self) -> bool:
         """Whether this registry has a signing key (once it has, it always has: asked of storage only until then)."""

@@ -32,6 +32,7 @@ from registry._signing import (
     Signature,
     SigningError,
     SigningKeyRecord,
+    entry_signature,
     key_id,
     subjects_bytes,
     trusted_keys,
@@ -87,9 +88,13 @@ def _key(fields: tuple[object, ...]) -> SubjectKey:
 def _rows(table: pa.Table, roles: Iterable[str]) -> Iterator[list[dict[str, object]]]:
     """The rows of ``roles`` in seq order, a batch at a time (a list of dicts per row costs memory at 1M rows)."""
     chosen = table.filter(pc.is_in(table.column("role"), value_set=pa.array(sorted(roles), pa.string())))
-    chosen = chosen.select(["seq", *SUBJECT_COLUMNS])
+    chosen = chosen.select(["seq", "payload", *SUBJECT_COLUMNS])
     for start in range(0, chosen.num_rows, READ_BATCH):
         yield chosen.slice(start, READ_BATCH).to_pylist()
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def _describe(row: dict[str, object]) -> str:
@@ -125,14 +130,6 @@ def signing_trust(registry: Registry, table: pa.Table, roots: list[bytes] | None
         f"signing key {record.key_id} (seq {row['seq']}) is neither trusted nor endorsed by a trusted key"))
         for row, record in zip(key_rows, records, strict=False) if record.key_id not in trusted]
     return Trust(trusted_by, records, trusted, int(str(key_rows[0]["seq"])), findings)
-
-
-def parse_signature(data: bytes | None) -> Signature | None:
-    """A stored signature record, or None when it is unreadable (the object checks report why)."""
-    try:
-        return Signature.model_validate(strict_json_loads(data or b""))
-    except (ValueError, ValidationError):
-        return None
 
 
 def vouch(signatures: Iterable[tuple[int, str, Signature | None]], trusted: dict[str, bytes]
@@ -184,9 +181,11 @@ def check_signatures(registry: Registry, table: pa.Table, roots: list[bytes] | N
     findings = list(trust.findings)
     if trust.first_key is not None:
         for rows in _rows(table, [SIGNATURE_ROLE]):
-            loaded = registry.storage.read_many([object_key(str(row["digest"])) for row in rows])
-            found, invalid = vouch(((int(str(row["seq"])), str(row["digest"]), parse_signature(data))
-                                    for row, data in zip(rows, loaded, strict=True)), trust.trusted)
+            legacy = [str(row["digest"]) for row in rows if row["payload"] is None]
+            stored = dict(zip(legacy, registry.storage.read_many([object_key(d) for d in legacy]), strict=True))
+            found, invalid = vouch(((int(str(row["seq"])), str(row["digest"]),
+                                     entry_signature(_text(row["payload"]), str(row["digest"]), stored.get))
+                                    for row in rows), trust.trusted)
             vouched |= found
             findings += invalid
     status, missing = unvouched(table, trust, vouched)

@@ -2,7 +2,7 @@
 
 A hash chain proves bytes did not change; it does not say who wrote them.
 Every append that records a verdict-bearing record (``SIGNED_ROLES``) also
-records one detached ``Signature`` over the *subjects* of those entries: txn,
+records one detached ``Signature``, carried in the same commit, over the *subjects* of those entries: txn,
 role, experiment, attempt, generation and object digest. Binding the subject,
 not only the bytes, stops a signed receipt from being replayed under another
 attempt or generation.
@@ -19,14 +19,17 @@ import functools
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import ValidationError
 
-from registry._canonical import canonical_json
+from registry._canonical import canonical_json, strict_json_loads
+from registry._entry import carried
 from registry._errors import TribunalError, UsageError
 from registry._models import Strict
 from registry._records import Role
@@ -150,6 +153,21 @@ class Signer:
     def sign(self, subjects: list[Subject]) -> Signature:
         return Signature(key_id=self.key_id, subjects=subjects,
                          signature=_b64(self._private.sign(subjects_bytes(subjects))))
+
+
+def parse_signature(data: bytes | None) -> Signature | None:
+    """A stored signature record, or None when it is unreadable (the object or payload checks report why)."""
+    try:
+        return Signature.model_validate(strict_json_loads(data or b""))
+    except (ValueError, ValidationError):
+        return None
+
+
+def entry_signature(payload: str | None, object_digest: str, stored: Callable[[str], bytes | None]
+                    ) -> Signature | None:
+    """A signature entry's record: carried in its commit, or (written before entries carried payloads) the
+    object ``stored`` reads."""
+    return parse_signature(carried(payload, object_digest) if payload is not None else stored(object_digest))
 
 
 def write_private_key(signer: Signer, out: Path) -> None:

@@ -22,11 +22,11 @@ import pyarrow.compute as pc
 from pydantic import TypeAdapter
 
 from registry._chain import Finding
-from registry._entry import ManifestEntry
+from registry._entry import ManifestEntry, carried
 from registry._log import plain
 from registry._registry import Registry
-from registry._signatures import SubjectKey, parse_signature, vouch
-from registry._signing import SIGNATURE_ROLE
+from registry._signatures import SubjectKey, vouch
+from registry._signing import SIGNATURE_ROLE, entry_signature
 
 BATCH_ATTEMPTS = 500
 """Attempts per batch: enough to amortize a batch's set-up, few enough that its records stay small in memory."""
@@ -100,6 +100,13 @@ def _batch(table: pa.Table, groups: list[pa.Array], visits: list[bool]) -> Batch
     return Batch(_rows(table, pa.concat_arrays(groups)), bounds, visits)
 
 
+def _unmatched_payloads(entries: list[ManifestEntry]) -> list[Finding]:
+    """Entries whose payload (the record carried in their commit) is not base64 of bytes with their digest."""
+    return [Finding(kind="payload-corrupt", seq=entry.seq, digest=entry.digest,
+                    message=f"seq {entry.seq} carries a record that is not the one its digest {entry.digest} names")
+            for entry in entries if entry.payload is not None and carried(entry.payload, entry.digest) is None]
+
+
 def entries_where(table: pa.Table, mask: pa.ChunkedArray | pa.Array) -> list[ManifestEntry]:
     """The entries of the rows ``mask`` selects, as models, from doctor's table (a plain one too)."""
     return ENTRIES.validate_python(_rows(table, pc.indices_nonzero(mask)).to_pylist())
@@ -135,15 +142,17 @@ def sweep_batch(registry: Registry, batch: Batch, *, trusted: dict[str, bytes] |
     """Read every object the batch names once; check its signatures against ``trusted`` (None: not now);
     ``visit`` the groups the batch marks (the group of no attempt is only read and checked)."""
     view, store = registry.reading_once()
-    large = pc.greater(batch.rows.column("size"), LARGE_OBJECT)
-    store.hash_only(batch.rows.column("digest").filter(large).to_pylist())
-    store.prefetch(batch.rows.column("digest").filter(pc.invert(large)).to_pylist())
+    objects = batch.rows.filter(pc.is_null(batch.rows.column("payload")))
+    large = pc.greater(objects.column("size"), LARGE_OBJECT)
+    store.hash_only(objects.column("digest").filter(large).to_pylist())
+    store.prefetch(objects.column("digest").filter(pc.invert(large)).to_pylist())
     entries = ENTRIES.validate_python(batch.rows.to_pylist())
-    swept: Swept[T] = Swept(damaged={})
+    swept: Swept[T] = Swept(damaged={}, signature_findings=_unmatched_payloads(entries))
     if trusted is not None:
-        signatures = ((entry.seq, entry.digest, parse_signature(store.stored(entry.digest)))
+        signatures = ((entry.seq, entry.digest, entry_signature(entry.payload, entry.digest, store.stored))
                       for entry in entries if entry.role == SIGNATURE_ROLE)
-        swept.vouched, swept.signature_findings = vouch(signatures, trusted)
+        swept.vouched, invalid = vouch(signatures, trusted)
+        swept.signature_findings += invalid
     if visit is not None:
         swept.visited = visit(view, [entries[first:last] for (first, last), visited in
                                      zip(itertools.pairwise(batch.bounds), batch.visits, strict=True) if visited])

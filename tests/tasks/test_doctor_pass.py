@@ -7,6 +7,7 @@ commits; each test damages its own copy.
 
 from __future__ import annotations
 
+import base64
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import registry._workers as workers_module
 from benchmarks.signing_bench import build
 from registry import Registry, Role
 from registry._entry import rows_to_table
-from registry._layout import segment_key
+from registry._layout import commit_key, segment_key
 from registry._manifest import decode_table, encode_table
 from registry._objects import object_key
 from tasks.audit import audit_registry
@@ -88,9 +89,14 @@ def _damage(store: Registry) -> None:
     result = store.entries(role=Role.GRADER_RESULT)[1].digest
     (root / object_key(result)).write_bytes(b"{}")
     (root / object_key(store.entries(role=Role.GRADER_RECEIPT)[5].digest)).unlink()
-    signature = store.entries(role="signature")[7].digest
-    data = (root / object_key(signature)).read_bytes()
-    (root / object_key(signature)).write_bytes(data.replace(b'"signature":"', b'"signature":"A'))
+    signature = store.entries(role="signature")[7]
+    key = commit_key(signature.commit)
+    rows = decode_table(store.storage.read(key), key).to_pylist()
+    for row in rows:
+        if row["seq"] == signature.seq:
+            data = base64.b64decode(row["payload"]).replace(b'"signature":"', b'"signature":"A')
+            row["payload"] = base64.b64encode(data).decode()
+    (root / key).write_bytes(encode_table(rows_to_table(rows)))
     (root / "log/00000000/00000000000000000030.parquet").write_bytes(b"not parquet")
 
 
