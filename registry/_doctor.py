@@ -91,8 +91,9 @@ def _check_objects(registry: Registry, table: pa.Table, listed: pa.Array, damage
         for object_digest, data in zip(batch, registry.storage.read_many([object_key(d) for d in batch]), strict=True):
             if data is None or digest(data) != object_digest:
                 corrupt.add(object_digest)
-    objects = table.filter(pc.is_null(table.column("payload")))  # a payload is checked where it is read
-    absent = objects.filter(pc.invert(pc.is_in(objects.column("digest"), value_set=listed)))
+    stored = pc.or_(pc.is_valid(table.column("payload")),  # a payload is checked where it is read
+                    pc.is_in(table.column("digest"), value_set=listed))
+    absent = table.select(["seq", "digest"]).filter(pc.invert(stored))
     return [_corrupt(object_digest) for object_digest in sorted(corrupt)] + [
         _missing(seq, object_digest) for seq, object_digest in
         zip(absent.column("seq").to_pylist(), absent.column("digest").to_pylist(), strict=True)]
@@ -105,7 +106,7 @@ def check_named_objects(registry: Registry, table: pa.Table) -> list[Finding]:
     The whole-store scan is doctor's; a command that builds on one scope (a
     plan's attempts) reads back only the objects of that scope first.
     """
-    objects = table.filter(pc.is_null(table.column("payload")))
+    objects = table.select(["seq", "digest", "payload"]).filter(pc.is_null(table.column("payload")))
     named = dict(zip(objects.column("digest").to_pylist(), objects.column("seq").to_pylist(), strict=True))
     digests = list(named)
     findings = []
