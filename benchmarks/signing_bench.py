@@ -216,7 +216,8 @@ def main() -> None:
         ["work", "signed", "unsigned", "ratio", "peak memory", "CPU", "target", "result"], rows,
         notes=(
             "Appends: the same grader-receipt entry, one commit each, to an unsigned registry and to one with a "
-            "trust anchor, where every append also stores one detached Ed25519 signature object and its entry; "
+            "trust anchor, where every append also carries one detached Ed25519 signature in the same commit "
+            "(an entry with a payload: no separate object, no second fsync); "
             "five alternating rounds each. "
             f"Doctor: the whole `tribunal doctor --json` command (Python start-up included) over a registry {how} "
             "(without fsync: it changes how bytes reach the disk, not what doctor reads) through tribunal's own "
