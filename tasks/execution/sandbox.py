@@ -216,7 +216,7 @@ def ensure_hidden(path: str | None, sandboxes: list[Sandbox], what: str = "the s
         if not sandbox.isolated:
             raise SandboxUnavailable(f"{what} {path} would be readable by unsandboxed {sandbox.role}s "
                                      '([sandbox] backend = "none"): sign only with a sandbox')
-        if sandbox.sees(os.path.abspath(path)):
+        if sandbox.reaches(path):
             raise SandboxUnavailable(f"{what} {path} is inside a path a {sandbox.role} can read "
                                      f"({sandbox.exposure.hint}): keep it outside every sandboxed path")
 
@@ -327,6 +327,18 @@ class Sandbox:
             return True
         roots = [mount.path for mount in self._system + self._declared]
         return _under(path, roots) and _under(os.path.realpath(path), roots)
+
+    def reaches(self, path: str) -> bool:
+        """Whether a program inside could read the host file at ``path`` under any name.
+
+        A bind mount shows what its source resolves to, so the file and every
+        root are compared resolved: a root that is a symlink (a "current"
+        link) and a key file that links into a root both count.
+        """
+        if not self.isolated:
+            return True
+        roots = [os.path.realpath(mount.path) for mount in self._system + self._declared]
+        return _under(os.path.realpath(path), roots) or self.sees(os.path.abspath(path))
 
     def preflight(self, argv: list[str], search_path: str, io: Path | None = None) -> str | None:
         """Why ``argv`` cannot run in this sandbox (a declared path is missing, the program is invisible), or None.

@@ -14,7 +14,7 @@ import pytest
 from registry import SandboxConfig, SandboxProfile
 from tasks.execution import sandbox as sandbox_module
 from tasks.execution.confine import Confined, run_confined
-from tasks.execution.sandbox import Exposure, Sandbox, memory_limit_method
+from tasks.execution.sandbox import Exposure, Sandbox, ensure_hidden, memory_limit_method
 from tests.helpers import processes_with, watching
 
 PATH = os.environ.get("PATH", "")
@@ -312,3 +312,28 @@ def test_the_unprivileged_launch_path_runs(folders: tuple[Path, Path], monkeypat
     code = "print(open('/proc/self/limits').read())\n"
     limits = run(folders, code, settings=SandboxConfig(max_processes=77)).outcome.stdout.decode()
     assert re.search(r"Max processes\s+77\s+77", limits) and re.search(r"Max cpu time\s+3600\s+3605", limits)
+
+
+@pytest.mark.parametrize("link", ["root", "key"])
+def test_a_signing_key_reachable_through_a_symlink_is_refused(folders: tuple[Path, Path], tmp_path: Path,
+                                                              link: str) -> None:
+    """Attack (red team): the key lives under a folder exposed read-only through a symlink ("current release"
+    link as the root), or the key file is a symlink into an exposed folder. bwrap mounts what a root resolves
+    to, so a program reads the key; comparing path text alone let it through."""
+    real = tmp_path / "real" / "evals"
+    (real / "keys").mkdir(parents=True)
+    key = real / "keys" / "signing.pem"
+    key.write_text("PRIVATE KEY BYTES\n")
+    if link == "root":
+        (tmp_path / "evals-current").symlink_to(real)
+        exposed, named = tmp_path / "evals-current", key
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "signing.pem").symlink_to(key)
+        exposed, named = real, tmp_path / "elsewhere" / "signing.pem"
+    exposure = Exposure(read_only=(str(exposed),), hint="[sandbox] read_only")
+    shown = exposed / "keys" / "signing.pem"
+    read = run(folders, f"print(open({str(shown)!r}).read())", exposure=exposure)
+    assert "PRIVATE KEY BYTES" in read.outcome.stdout.decode()  # the attack is real: the mount shows the key
+    with pytest.raises(sandbox_module.SandboxUnavailable, match="inside a path a grader can read"):
+        ensure_hidden(str(named), [Sandbox(SandboxConfig(), "grader", exposure, ("PATH",))])
