@@ -28,12 +28,12 @@ from registry import (
     JudgementLine,
     ManifestEntry,
     NewEntry,
-    ObjectMissing,
     Plan,
     PlanCase,
     RedactionRefusal,
     RefusalReason,
     Registry,
+    RegistryError,
     Role,
     SandboxProfile,
     TribunalError,
@@ -41,7 +41,7 @@ from registry import (
     digest_json,
 )
 from tasks.grading import Grading
-from tasks.retain import RetainedAttempt, txn
+from tasks.retain import RetainedAttempt, current_entries, txn
 from tasks.taxonomy import failure_labels
 from tasks.verdict import terminal_class
 
@@ -104,7 +104,7 @@ def case_grader_input(case: PlanCase, profile: str, secret: bytes, attempt_id: s
 
 @dataclass(frozen=True)
 class AttemptState:
-    """What the manifest holds for one attempt: the newest entry per role, and all of them."""
+    """What the manifest holds for one attempt: the entry per role that counts (``current_entries``), and all."""
 
     entries: dict[str, ManifestEntry]
     history: tuple[ManifestEntry, ...] = ()
@@ -143,13 +143,13 @@ class AttemptState:
 
 def attempt_states(registry: Registry, experiment: str,
                    attempt_ids: list[str] | None = None) -> dict[str, AttemptState]:
-    """Return the newest entry per role for every attempt of an experiment (or of ``attempt_ids``)."""
+    """Return the entry per role that counts for every attempt of an experiment (or of ``attempt_ids``)."""
     by_attempt: dict[str, list[ManifestEntry]] = defaultdict(list)
     for entry in registry.entries(experiment_id=experiment, attempt_ids=attempt_ids):
         if entry.attempt_id is not None:
             by_attempt[entry.attempt_id].append(entry)
     return {
-        attempt: AttemptState({entry.role: entry for entry in history}, tuple(history))
+        attempt: AttemptState(current_entries(history), tuple(history))
         for attempt, history in by_attempt.items()
     }
 
@@ -245,16 +245,17 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
         receipt_entry = receipt_entry or state.entries[Role.GRADER_RECEIPT]
         receipt = registry.load(receipt_entry.digest, GraderReceipt)
         result = registry.load(receipt.result_hash, GraderResult)
-    except (KeyError, ValueError, ObjectMissing) as error:
+        judgements = [
+            JudgementLine(generation=j.generation, passed=j.passed, failure=j.failure,
+                          judge_policy_hash=j.judge_policy_hash,
+                          judgement_digest=entry.digest)
+            for entry in state.history if entry.role == Role.JUDGEMENT
+            for j in [registry.load(entry.digest, Judgement)]
+        ]
+        isolated = ran_isolated(registry, state, candidate, receipt)
+    except (KeyError, ValueError, RegistryError) as error:
         raise RecordsUnreadable(f"attempt {ref.attempt_id}: its sealed verdict does not read back as records "
                                 f"({type(error).__name__}); run `tribunal doctor`") from None
-    judgements = [
-        JudgementLine(generation=j.generation, passed=j.passed, failure=j.failure,
-                      judge_policy_hash=j.judge_policy_hash,
-                      judgement_digest=entry.digest)
-        for entry in state.history if entry.role == Role.JUDGEMENT
-        for j in [registry.load(entry.digest, Judgement)]
-    ]
     verdict = terminal_class(
         harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded, grader_results=[result],
         judges_passed=[judgements[-1].passed] if judgements else [], judge_required=judge is not None,
@@ -268,6 +269,6 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
         failure_labels=failure_labels(harness_valid=candidate.harness_valid, candidate_succeeded=candidate.succeeded,
                                       graders_passed=result.passed,
                                       judges_passed=all(j.passed for j in judgements[-1:])),
-        isolated=ran_isolated(registry, state, candidate, receipt), grader_sha256=receipt.grader_sha256,
+        isolated=isolated, grader_sha256=receipt.grader_sha256,
         candidate_sandbox=candidate.sandbox_profile, grader_sandbox=receipt.sandbox_profile,
     )

@@ -55,7 +55,9 @@ from tasks.rederive import (
     rederive_candidate,
     rederive_generations,
     rederive_records,
+    superseded_evidence,
 )
+from tasks.retain import current_entries
 from tasks.sealing import receipt_disagreements, receipt_seal_holds
 from tasks.verdict import terminal_class
 
@@ -122,7 +124,7 @@ def _profile_readable(registry: Registry, profile_digest: str) -> bool:
 
 def sandbox_profiles(registry: Registry, entries: list[ManifestEntry]) -> list[str | None]:
     """The sandbox profile digests the newest candidate result and grader receipt name (None: unrecorded)."""
-    newest = {entry.role: entry for entry in entries}
+    newest = current_entries(entries)
     named: list[str | None] = []
     if Role.CANDIDATE_RESULT in newest:
         candidate = _record(registry, newest[Role.CANDIDATE_RESULT].digest, CandidateResult)
@@ -135,7 +137,7 @@ def sandbox_profiles(registry: Registry, entries: list[ManifestEntry]) -> list[s
 
 def current_class(registry: Registry, entries: list[ManifestEntry]) -> str | None:
     """Rebuild the current verdict, last in sequence wins; None if it cannot be read."""
-    newest = {entry.role: entry for entry in entries}
+    newest = current_entries(entries)
     if not {Role.ATTEMPT_CONTRACT, Role.CANDIDATE_RESULT, Role.GRADER_RESULT} <= newest.keys():
         return None
     contract = _record(registry, newest[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
@@ -151,7 +153,7 @@ def current_class(registry: Registry, entries: list[ManifestEntry]) -> str | Non
 
 def _unjudged(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
     """A graded attempt whose case names a judge but that has no judgement: it must not stand as resolved."""
-    newest = {entry.role: entry for entry in entries}
+    newest = current_entries(entries)
     if Role.JUDGEMENT in newest or Role.ATTEMPT_CONTRACT not in newest or Role.GRADER_RECEIPT not in newest:
         return []
     contract = _record(registry, newest[Role.ATTEMPT_CONTRACT].digest, AttemptContract)
@@ -204,9 +206,10 @@ def _sealed_result(registry: Registry, receipt_entry: ManifestEntry) -> object:
         return receipt.result_hash  # the same string a json.loads of its bytes holds
     blob = _load(registry, receipt_entry)
     try:
-        return json.loads(blob).get("result_hash") if blob is not None else _UNREADABLE
+        parsed = json.loads(blob) if blob is not None else _UNREADABLE
     except ValueError:
         return _UNREADABLE
+    return parsed.get("result_hash") if isinstance(parsed, dict) else _UNREADABLE
 
 
 @dataclass(frozen=True)
@@ -226,7 +229,8 @@ def audit_attempts(registry: Registry, attempts: list[list[ManifestEntry]]) -> B
     audit = BatchAudit([], [], [], set())
     for entries in attempts:
         audit.findings.extend(audit_attempt(registry, entries) + audit_judgements(registry, entries))
-        audit.findings.extend(audit_grading_binding(registry, entries) + rederive_candidate(registry, entries))
+        audit.findings.extend(audit_grading_binding(registry, entries) + rederive_candidate(registry, entries)
+                              + superseded_evidence(entries))
         receipts = [entry for entry in entries if entry.role == Role.GRADER_RECEIPT]
         audit.claims.extend(claim_receipt(registry, entry) for entry in receipts)
         audit.later.extend(entry for entry in entries if entry.role in (Role.GRADER_RECEIPT, Role.JUDGEMENT)

@@ -45,6 +45,7 @@ from registry import (
 )
 from tasks.execution.boundary import verdict_in
 from tasks.regrade import MutationReceipt
+from tasks.retain import RETAINED_ROLES, current_entries
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -133,9 +134,17 @@ def receipt_passes(registry: Registry, entry: ManifestEntry) -> bool:
     return receipt is not None and receipt.passed
 
 
+def superseded_evidence(entries: list[ManifestEntry]) -> list[Finding]:
+    """Retained evidence appended again with other bytes: retention writes it once, so only a forger does."""
+    first = current_entries(entries)
+    return [_finding("evidence-superseded", entry, f"a later {entry.role} (seq {entry.seq}) differs from the retained "
+                     f"one (seq {first[entry.role].seq}); readers keep the retained one")
+            for entry in entries if entry.role in RETAINED_ROLES and entry.digest != first[entry.role].digest]
+
+
 def rederive_candidate(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
-    """The newest candidate result names this attempt's retained evidence and agrees with how the run ended."""
-    newest = {entry.role: entry for entry in entries}
+    """The retained candidate result names this attempt's retained evidence and agrees with how the run ended."""
+    newest = current_entries(entries)
     result_entry = newest.get(Role.CANDIDATE_RESULT)
     result = _read(registry, result_entry.digest, CandidateResult) if result_entry else None
     if result_entry is None or result is None:

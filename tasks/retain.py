@@ -11,6 +11,7 @@ attempt terminal rather than silently pending.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from registry import (
     AttemptContract,
     CandidateResult,
     Config,
+    ManifestEntry,
     NewEntry,
     RedactionReceipt,
     RedactionRefusal,
@@ -153,3 +155,24 @@ def refuse_attempt(contract: AttemptContract, stop: RedactionStop, try_number: i
                  digest=registry.put(data), size=len(data))
         for role, (key, data) in stored.items()
     ])
+
+
+RETAINED_ROLES = frozenset({Role.ATTEMPT_CONTRACT, Role.TRANSCRIPT, Role.PATCH, Role.TERMINAL_EVIDENCE,
+                            Role.REDACTION_RECEIPT, Role.CANDIDATE_RESULT})
+"""What retention writes, once per attempt: the first entry of each role is the attempt's evidence."""
+
+
+def current_entries(history: Iterable[ManifestEntry]) -> dict[str, ManifestEntry]:
+    """The entry of each role that counts: the first of the retained evidence, the newest of anything else.
+
+    Retention appends its records once (a retry or a second run gets the
+    stored entries back), so a later candidate result or patch can only be a
+    writer's forgery: it must not change what a verdict rests on (doctor
+    names it ``evidence-superseded``). Grader and judge records are
+    superseded by design, by regrade and rejudge generations.
+    """
+    current: dict[str, ManifestEntry] = {}
+    for entry in history:
+        if entry.role not in RETAINED_ROLES or entry.role not in current:
+            current[entry.role] = entry
+    return current
