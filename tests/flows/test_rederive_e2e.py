@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from registry import NewEntry, Registry, Role, canonical_json
+from tasks.rederive import rederive_candidate
 from tasks.sealing import seal_receipt
 from tests.helpers import copy_demo, tribunal
 
@@ -111,7 +112,9 @@ def test_a_candidate_result_claiming_success_the_evidence_denies_is_a_finding(st
     [landed] = store.append([NewEntry(txn="forged:candidate", role=Role.CANDIDATE_RESULT.value,
                                       experiment_id=entry.experiment_id, attempt_id=entry.attempt_id,
                                       digest=digest, size=size)])
-    assert ("candidate-result-contradicts-evidence", landed.seq) in findings(store)
+    assert ("evidence-superseded", landed.seq) in findings(store)  # appended later: never the retained one
+    history = [e for e in store.entries(attempt_id=entry.attempt_id) if e.seq != entry.seq]  # as if retained
+    assert [f.kind for f in rederive_candidate(store, history)] == ["candidate-result-contradicts-evidence"]
 
 
 def test_an_experiment_record_counting_a_failed_attempt_resolved_is_a_finding(store: Registry) -> None:
