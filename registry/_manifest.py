@@ -34,7 +34,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -66,6 +66,10 @@ NONCE_KEY = b"tribunal.nonce"
 WRITER_KEY = b"tribunal.writer"
 MAX_VIEW_CHUNKS = 32
 """Chunks the cached view may hold before its small ones are merged (see ``Manifest._view``)."""
+
+
+Seal = Callable[[list[dict[str, Any]]], NewEntry | None]
+"""Given a commit's sealed rows, the entry to append last in the same commit (or None)."""
 
 
 class Head(BaseModel):
@@ -247,8 +251,12 @@ class Manifest:
 
     # -- writing ---------------------------------------------------------------
 
-    def append(self, drafts: list[NewEntry]) -> list[ManifestEntry]:
-        """Append drafts as one commit; txns already recorded are returned, not repeated."""
+    def append(self, drafts: list[NewEntry], seal: Seal | None = None) -> list[ManifestEntry]:
+        """Append drafts as one commit; txns already recorded are returned, not repeated.
+
+        ``seal`` sees the commit's rows once their seqs and hashes are set (again
+        after a lost race) and may add one last entry, e.g. a signature over them.
+        """
         txns = [draft.txn for draft in drafts]
         if len(set(txns)) != len(txns):
             raise RegistryError("one append cannot name the same txn twice")
@@ -261,7 +269,7 @@ class Manifest:
             written: dict[str, dict[str, Any]] = {}
             for conflicts in range(CONFLICT_RETRIES):
                 if pending:
-                    rows = self._commit(pending, stamp)
+                    rows = self._commit(pending, stamp, seal)
                     if rows is None:
                         pending = [draft for draft in pending if draft.txn not in known]
                         time.sleep(random.uniform(0, 0.001 * min(conflicts + 1, 20)))
@@ -283,7 +291,7 @@ class Manifest:
             self._txns = dict(zip(table.column("txn").to_pylist(), table.column("seq").to_pylist(), strict=True))
         return self._txns
 
-    def _commit(self, pending: list[NewEntry], stamp: str) -> list[dict[str, Any]] | None:
+    def _commit(self, pending: list[NewEntry], stamp: str, seal: Seal | None) -> list[dict[str, Any]] | None:
         """Write ``pending`` as the next commit and return its rows; None if another writer took it."""
         version = self._version + 1
         head = self._head
@@ -294,6 +302,10 @@ class Manifest:
             time=stamp,
             commit=version,
         )
+        last = seal(rows) if seal is not None else None
+        if last is not None:
+            rows += seal_entries([last], first_seq=rows[-1]["seq"] + 1, prev_hash=rows[-1]["entry_hash"], time=stamp,
+                                 commit=version)
         nonce = uuid.uuid4().hex.encode()
         table = rows_to_table(rows)
         data = encode_table(table, {NONCE_KEY: nonce, WRITER_KEY: self.writer.encode()})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -146,7 +146,9 @@ class Registry:
                     f"in tribunal.toml or {KEY_ENV} to a key recorded in it"
                 )
             return self.manifest.append(drafts)
-        landed = self.manifest.append([*drafts, self._signature(self.signer, signed)])[: len(drafts)]
+        signer = self.signer
+        self._ensure_registered(signer)
+        landed = self.manifest.append(drafts, seal=lambda rows: self._signature(signer, rows))
         for draft, entry in zip(drafts, landed, strict=True):
             if draft.role in SIGNED_ROLES and entry.digest != draft.digest and not self._vouched(entry):
                 raise SigningError(
@@ -157,29 +159,34 @@ class Registry:
 
     def _vouched(self, entry: ManifestEntry) -> bool:
         """Whether a valid signature by a trusted key covers this stored entry (a deduplicated txn's holder)."""
-        subject = Subject(txn=entry.txn, role=entry.role, experiment_id=entry.experiment_id,
-                          attempt_id=entry.attempt_id, generation=entry.generation, digest=entry.digest)
+        bound = Subject(txn=entry.txn, role=entry.role, experiment_id=entry.experiment_id,
+                        attempt_id=entry.attempt_id, generation=entry.generation, digest=entry.digest,
+                        entry_hash=entry.entry_hash)
+        subjects = (bound, bound.model_copy(update={"entry_hash": None}))  # bound, or signed before it was
         trusted = trusted_keys(self.signing_keys(), None)
         for signature_entry in self.entries(attempt_id=entry.attempt_id, role=SIGNATURE_ROLE):
             signature = entry_signature(signature_entry.payload, signature_entry.digest, self._stored)
             public = trusted.get(signature.key_id) if signature is not None else None
-            if signature is not None and public is not None and subject in signature.subjects and verifies(
+            if signature is not None and public is not None and any(
+                    subject in signature.subjects for subject in subjects) and verifies(
                     public, signature.signature, subjects_bytes(signature.subjects)):
                 return True
         return False
 
-    def _signature(self, signer: Signer, signed: list[NewEntry]) -> NewEntry:
-        """One detached signature entry over the subjects of an append's signed drafts, carried in the same commit:
-        a separate object would cost every signed append a second fsync."""
-        self._ensure_registered(signer)
-        subjects = [Subject(txn=draft.txn, role=draft.role, experiment_id=draft.experiment_id,
-                            attempt_id=draft.attempt_id, generation=draft.generation, digest=draft.digest)
-                    for draft in signed]
+    def _signature(self, signer: Signer, rows: list[dict[str, Any]]) -> NewEntry | None:
+        """One detached signature over the subjects of a commit's signed rows, carried in the same commit (a
+        separate object would cost every signed append a second fsync); None when the commit signs nothing."""
+        signed = [row for row in rows if row["role"] in SIGNED_ROLES]
+        if not signed:
+            return None
+        subjects = [Subject(txn=row["txn"], role=row["role"], experiment_id=row["experiment_id"],
+                            attempt_id=row["attempt_id"], generation=row["generation"], digest=row["digest"],
+                            entry_hash=row["entry_hash"]) for row in signed]
         data = canonical_json(signer.sign(subjects).model_dump(mode="json"))
         object_digest, payload = carry(data)
         first = signed[0]
-        return NewEntry(txn=f"{first.txn}:signature", role=SIGNATURE_ROLE, experiment_id=first.experiment_id,
-                        attempt_id=first.attempt_id, digest=object_digest, size=len(data), payload=payload)
+        return NewEntry(txn=f"{first['txn']}:signature", role=SIGNATURE_ROLE, experiment_id=first["experiment_id"],
+                        attempt_id=first["attempt_id"], digest=object_digest, size=len(data), payload=payload)
 
     def _stored(self, object_digest: str) -> bytes | None:
         """An object's verified bytes, or None when it is missing or damaged (doctor says which)."""

@@ -77,8 +77,9 @@ def _load(registry: Registry, digests: list[str], model: type[Signature] | type[
 
 
 SubjectKey = bytes
-"""The SHA-256 of a subject's fields (``repr`` of their tuple, in ``SUBJECT_COLUMNS`` order): equal exactly when the
-``Subject`` models are, and 32 bytes where the fields are hundreds (doctor keeps one per signed record)."""
+"""The SHA-256 of a subject's fields (``repr`` of their tuple, in ``SUBJECT_COLUMNS`` order, then ``entry_hash`` or
+None): equal exactly when the ``Subject`` models are, and 32 bytes where the fields are hundreds (doctor keeps one
+per signed record)."""
 
 
 def _key(fields: tuple[object, ...]) -> SubjectKey:
@@ -88,7 +89,7 @@ def _key(fields: tuple[object, ...]) -> SubjectKey:
 def _rows(table: pa.Table, roles: Iterable[str]) -> Iterator[list[dict[str, object]]]:
     """The rows of ``roles`` in seq order, a batch at a time (a list of dicts per row costs memory at 1M rows)."""
     chosen = table.filter(pc.is_in(table.column("role"), value_set=pa.array(sorted(roles), pa.string())))
-    chosen = chosen.select(["seq", "payload", *SUBJECT_COLUMNS])
+    chosen = chosen.select(["seq", "payload", "entry_hash", *SUBJECT_COLUMNS])
     for start in range(0, chosen.num_rows, READ_BATCH):
         yield chosen.slice(start, READ_BATCH).to_pylist()
 
@@ -148,7 +149,7 @@ def vouch(signatures: Iterable[tuple[int, str, Signature | None]], trusted: dict
             findings.append(Finding(kind="signature-invalid", seq=seq, digest=digest,
                                     message=f"the signature at seq {seq} does not verify with {signature.key_id}"))
             continue
-        vouched.update(_key(tuple(getattr(subject, name) for name in SUBJECT_COLUMNS))
+        vouched.update(_key((*(getattr(subject, name) for name in SUBJECT_COLUMNS), subject.entry_hash))
                        for subject in signature.subjects)
     return vouched, findings
 
@@ -164,7 +165,9 @@ def unvouched(table: pa.Table, trust: Trust, vouched: set[SubjectKey]) -> tuple[
             seq = int(str(row["seq"]))
             signed += 1
             history += seq < trust.first_key
-            if seq > trust.first_key and _key(tuple(row[name] for name in SUBJECT_COLUMNS)) not in vouched:
+            fields = tuple(row[name] for name in SUBJECT_COLUMNS)
+            if seq > trust.first_key and _key((*fields, row["entry_hash"])) not in vouched and (
+                    _key((*fields, None)) not in vouched):  # bound to its place, or signed before that was bound
                 findings.append(Finding(kind="signature-missing", seq=seq, digest=str(row["digest"]),
                                         message=f"{_describe(row)} carries no valid signature by a trusted key"))
     status = SigningStatus(state="signed", trusted_by=trust.trusted_by,

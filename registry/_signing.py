@@ -49,7 +49,13 @@ class SigningError(TribunalError):
 
 
 class Subject(Strict):
-    """What one signature vouches for: an entry's identity and the object it names."""
+    """What one signature vouches for: an entry's identity, the object it names, and where it stands.
+
+    ``entry_hash`` covers the entry's ``prev_hash``, so the signature binds the
+    whole history before the entry: recomputing the chain (anyone can) with
+    records moved or slipped in before a signed one leaves it unvouched.
+    Signatures made before it was bound leave it out (None).
+    """
 
     txn: str
     role: str
@@ -57,6 +63,7 @@ class Subject(Strict):
     attempt_id: str | None
     generation: int | None
     digest: str
+    entry_hash: str | None = None
 
 
 class Endorsement(Strict):
@@ -99,7 +106,9 @@ def _raw(public: Ed25519PublicKey) -> bytes:
 
 
 def subjects_bytes(subjects: list[Subject]) -> bytes:
-    return canonical_json([subject.model_dump(mode="json") for subject in subjects])
+    """What a signature signs: the subjects' canonical JSON (``entry_hash`` only where bound, as it was signed)."""
+    return canonical_json([subject.model_dump(mode="json", exclude={"entry_hash"} if subject.entry_hash is None
+                                              else set()) for subject in subjects])
 
 
 def endorsement_bytes(public_key: str) -> bytes:

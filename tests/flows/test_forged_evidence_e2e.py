@@ -15,6 +15,9 @@ from typing import Any
 import pytest
 
 from registry import NewEntry, Registry, Role, canonical_json
+from registry._entry import entry_hash, rows_to_table
+from registry._layout import commit_key
+from registry._manifest import encode_table
 from tests.flows.test_signing_e2e import doctor, signed_demo
 from tests.helpers import tribunal
 
@@ -94,3 +97,36 @@ def test_a_receipt_that_is_not_a_json_object_is_a_finding_not_a_doctor_crash(
     assert "Traceback" not in checked.stderr and checked.returncode == 1
     kinds = {(f["kind"], f["seq"]) for f in json.loads(checked.stdout)["findings"]}
     assert ("signature-missing", landed.seq) in kinds and ("receipt-unreadable", landed.seq) in kinds
+
+
+def test_history_rewritten_to_move_signed_records_before_the_key_is_caught(
+    signed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Attack (red team): recompute the whole hash chain (anyone can) with one attempt's records moved before
+    the signing key, where records count as unsigned history; forged pre-key records could then stand beside
+    them. Signatures that bind the entry hash (so the whole history before it) no longer vouch."""
+    store = copy_of(signed, tmp_path)
+    victim = store.entries(role=Role.GRADER_RECEIPT)[0].attempt_id
+    fields = ("txn", "role", "experiment_id", "attempt_id", "digest", "size", "generation", "grader_id",
+              "grader_version", "payload", "time")
+    commits: dict[int, list[dict[str, Any]]] = {}
+    for entry in store.entries():
+        commits.setdefault(entry.commit, []).append({name: getattr(entry, name) for name in fields})
+    moved = [row for version in sorted(commits) for row in commits[version] if row["attempt_id"] == victim]
+    kept = [[row for row in commits[version] if row["attempt_id"] != victim] for version in sorted(commits)]
+    rewritten = [moved, *[rows for rows in kept if rows]]
+    root = Path(store.url)
+    shutil.rmtree(root / "log")
+    shutil.rmtree(root / "segments", ignore_errors=True)
+    seq, prev = 0, None
+    for version, entries in enumerate(rewritten):
+        rows = []
+        for fields_of in entries:
+            row = {**fields_of, "seq": seq, "prev_hash": prev, "commit": version}
+            row["entry_hash"] = prev = entry_hash(row)
+            seq += 1
+            rows.append(row)
+        (root / commit_key(version)).parent.mkdir(parents=True, exist_ok=True)
+        (root / commit_key(version)).write_bytes(encode_table(rows_to_table(rows)))
+    code, found = doctor(store.url, signed["env"], "--trust", signed["public"])
+    assert code == 1 and "signature-missing" in {f["kind"] for f in found["findings"]}
