@@ -15,7 +15,7 @@ from registry._calibration import (
     calibration_record,
     parse_calibration_set,
 )
-from registry._canonical import canonical_json, digest, digest_json, is_digest, strict_json_loads
+from registry._canonical import canonical_json, digest, digest_json, is_digest, json_loads, strict_json_loads
 from registry._chain import Finding, Pin
 from registry._config import (
     CandidateEnv,
@@ -213,6 +213,7 @@ __all__ = [
     "freeze_experiment",
     "inspect_registry",
     "is_digest",
+    "json_loads",
     "judge_policy",
     "load_config",
     "load_plan",

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from registry._canonical import digest_json
+from registry._canonical import digest_json, json_loads
 from registry._errors import SpecError
 from registry._models import Digest, Name, Strict, describe_errors
 
@@ -86,7 +86,7 @@ def parse_calibration_set(text: str, source: str) -> CalibrationSet:
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
-                rows.append((number, json.loads(line)))
+                rows.append((number, json_loads(line)))
             except json.JSONDecodeError as error:
                 raise SpecError(f"{source}:{number}: not a JSON object ({error.msg})") from None
     if not rows or not isinstance(rows[0][1], dict) or set(rows[0][1]) != {"provenance"}:

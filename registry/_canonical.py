@@ -83,21 +83,26 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def json_loads(data: bytes | str, **options: Any) -> Any:
+    """``json.loads``, except that nesting too deep for the parser (a megabyte of ``[`` in a stored object or a
+    user's file) raises ``json.JSONDecodeError`` like any other text that is not JSON, not ``RecursionError``."""
+    try:
+        return json.loads(data, **options)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to read", "", 0) from None
+
+
 def strict_json_loads(data: bytes | str) -> Any:
     """Parse JSON that has exactly one reading: UTF-8, no duplicate keys, no NaN or infinity.
 
     Raises ``CanonicalJsonError`` for an ambiguous document and
     ``json.JSONDecodeError`` / ``UnicodeDecodeError`` for one that is not JSON
-    (nesting too deep for the parser included: a megabyte of ``[`` must not
-    crash the caller); all are ``ValueError``. The messages may quote the
-    input: callers that record them must not pass untrusted text on.
+    (nesting too deep for the parser included); all are ``ValueError``. The
+    messages may quote the input: callers that record them must not pass
+    untrusted text on.
     """
     text = data.decode("utf-8") if isinstance(data, bytes) else data
-    try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant,
-                          parse_float=_finite_float)
-    except RecursionError:
-        raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
+    return json_loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite_float)
 
 
 def digest(data: bytes) -> str:

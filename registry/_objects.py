@@ -7,13 +7,12 @@ address, so a flipped byte is an error, never silently served.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 from pydantic import BaseModel
 
-from registry._canonical import DIGEST_PREFIX, digest, is_digest
+from registry._canonical import DIGEST_PREFIX, digest, is_digest, json_loads
 from registry._errors import ObjectCorrupt, ObjectMissing, RegistryError
 from registry._storage import Storage
 
@@ -63,7 +62,7 @@ class ObjectStore:
 
     def load_decoded(self, object_digest: str, model: type[M]) -> M:
         """The stored record as ``model``, from ``json.loads`` (the reading doctor's receipt audit has always used)."""
-        return model.model_validate(json.loads(self.get(object_digest)))
+        return model.model_validate(json_loads(self.get(object_digest)))
 
     def exists(self, object_digest: str) -> bool:
         """Tell whether the store holds ``object_digest`` (without verifying it)."""

@@ -17,7 +17,7 @@ from typing import Annotated, Final, Literal
 from pydantic import Field, StringConstraints, model_serializer, model_validator
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
-from registry._canonical import canonical_json, digest_json
+from registry._canonical import canonical_json, digest_json, json_loads
 from registry._errors import PlanDrift, SpecError
 from registry._models import Digest, Name, OmitNone, Strict, validate_as
 from registry._sandbox import Network
@@ -235,7 +235,7 @@ def load_plan(path: Path) -> Plan:
     except IsADirectoryError:
         raise SpecError(f"{path}: is a directory, not a plan file") from None
     try:
-        body = json.loads(raw)
+        body = json_loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise SpecError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(body, dict):

@@ -205,8 +205,15 @@ class Registry:
         return self._has_anchor
 
     def signing_keys(self) -> list[SigningKeyRecord]:
-        """The public keys recorded in this registry, in order (the first is the trust anchor)."""
-        return [self.load(entry.digest, SigningKeyRecord) for entry in self.entries(role=SIGNING_KEY_ROLE)]
+        """The readable public keys recorded in this registry, in order (the first is the trust anchor); one
+        that does not parse names no key (doctor reports it: ``signing-key-unreadable``)."""
+        records = []
+        for entry in self.entries(role=SIGNING_KEY_ROLE):
+            try:
+                records.append(self.load(entry.digest, SigningKeyRecord))
+            except ValueError:
+                continue
+        return records
 
     def _ensure_registered(self, signer: Signer) -> None:
         if self._registered:

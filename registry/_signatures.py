@@ -4,7 +4,8 @@ Trust comes from the reader, not the registry, when the reader says so:
 ``--trust KEY`` (a public key obtained out of band) replaces the registry's
 own anchor, so a registry rewritten with an attacker's anchor fails every
 signature for a stranger who trusts the real key. Records written before a
-registry's first key are counted as unsigned history, not as findings.
+registry's first key are counted as unsigned history, not as findings -- for
+a stranger, only when a trusted signature after them binds the chain.
 """
 
 from __future__ import annotations
@@ -124,12 +125,17 @@ def signing_trust(registry: Registry, table: pa.Table, roots: list[bytes] | None
         findings = [] if roots is None else [Finding(
             kind="registry-unsigned", message="no signing key is recorded: nothing here can verify against --trust")]
         return Trust(trusted_by, [], {}, None, findings)
-    records = [record for record in _load(registry, [str(row["digest"]) for row in key_rows], SigningKeyRecord)
-               if isinstance(record, SigningKeyRecord)]
+    loaded = _load(registry, [str(row["digest"]) for row in key_rows], SigningKeyRecord)
+    records = [record for record in loaded if isinstance(record, SigningKeyRecord)]
     trusted = trusted_keys(records, roots)
-    findings = [Finding(kind="signing-key-untrusted", seq=int(str(row["seq"])), message=(
-        f"signing key {record.key_id} (seq {row['seq']}) is neither trusted nor endorsed by a trusted key"))
-        for row, record in zip(key_rows, records, strict=False) if record.key_id not in trusted]
+    findings = []
+    for row, record in zip(key_rows, loaded, strict=True):
+        if not isinstance(record, SigningKeyRecord):
+            findings.append(Finding(kind="signing-key-unreadable", seq=int(str(row["seq"])), digest=str(row["digest"]),
+                                    message=f"the signing-key record at seq {row['seq']} is not a public key record"))
+        elif record.key_id not in trusted:
+            findings.append(Finding(kind="signing-key-untrusted", seq=int(str(row["seq"])), message=(
+                f"signing key {record.key_id} (seq {row['seq']}) is neither trusted nor endorsed by a trusted key")))
     return Trust(trusted_by, records, trusted, int(str(key_rows[0]["seq"])), findings)
 
 
@@ -155,21 +161,37 @@ def vouch(signatures: Iterable[tuple[int, str, Signature | None]], trusted: dict
 
 
 def unvouched(table: pa.Table, trust: Trust, vouched: set[SubjectKey]) -> tuple[SigningStatus, list[Finding]]:
-    """Every signed-role record after the first key must be vouched for; the status doctor prints."""
+    """Every signed-role record after the first key must be vouched for; the status doctor prints.
+
+    Records before the first key (a registry signed after it began) are
+    history no signature names. For a stranger (``--trust``) they stand only
+    when a signature by a trusted key that binds an entry hash comes after
+    them: that hash covers the whole chain before it. Without one, anyone
+    could rebuild the chain with whatever records before a copy of the real
+    key's record.
+    """
     if trust.first_key is None:
         return SigningStatus(state="unsigned", trusted_by=trust.trusted_by), []
     findings = []
     signed = history = 0
+    covered = False
     for rows in _rows(table, SIGNED_ROLES):
         for row in rows:
             seq = int(str(row["seq"]))
             signed += 1
             history += seq < trust.first_key
+            if seq < trust.first_key:
+                continue
             fields = tuple(row[name] for name in SUBJECT_COLUMNS)
-            if seq > trust.first_key and _key((*fields, row["entry_hash"])) not in vouched and (
-                    _key((*fields, None)) not in vouched):  # bound to its place, or signed before that was bound
+            bound = _key((*fields, row["entry_hash"])) in vouched
+            covered = covered or bound
+            if not bound and _key((*fields, None)) not in vouched:  # or signed before entry hashes were bound
                 findings.append(Finding(kind="signature-missing", seq=seq, digest=str(row["digest"]),
                                         message=f"{_describe(row)} carries no valid signature by a trusted key"))
+    if history and not covered and trust.trusted_by == "--trust":
+        findings.append(Finding(kind="unsigned-history", seq=trust.first_key, message=(
+            f"{history} signed-role records predate the first signing key (seq {trust.first_key}) and no "
+            "signature by a trusted key after it covers them: nothing vouches for them")))
     status = SigningStatus(state="signed", trusted_by=trust.trusted_by,
                            anchor=trust.keys[0].key_id if trust.keys else None, trusted=tuple(sorted(trust.trusted)),
                            signed_records=signed - history, unsigned_history=history)

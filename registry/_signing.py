@@ -26,7 +26,7 @@ from typing import Literal
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from pydantic import ValidationError
+from pydantic import ValidationError, field_validator
 
 from registry._canonical import canonical_json, strict_json_loads
 from registry._entry import carried
@@ -81,6 +81,14 @@ class SigningKeyRecord(Strict):
     public_key: str
     """The raw 32-byte Ed25519 public key, base64."""
     endorsement: Endorsement | None = None
+
+    @field_validator("public_key")
+    @classmethod
+    def _raw_key(cls, value: str) -> str:
+        """A record naming anything else is unreadable (doctor's ``signing-key-unreadable``), never a crash."""
+        if len(base64.b64decode(value, validate=True)) != 32:
+            raise ValueError("not the base64 of a 32-byte Ed25519 public key")
+        return value
 
 
 class Signature(Strict):

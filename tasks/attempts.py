@@ -41,7 +41,7 @@ from registry import (
     digest_json,
 )
 from tasks.grading import Grading
-from tasks.retain import RetainedAttempt, current_entries, txn
+from tasks.retain import RetainedAttempt, current_entries, sealed_judgements, txn
 from tasks.taxonomy import failure_labels
 from tasks.verdict import terminal_class
 
@@ -249,8 +249,7 @@ def summarize(registry: Registry, ref: AttemptRef, state: AttemptState,
             JudgementLine(generation=j.generation, passed=j.passed, failure=j.failure,
                           judge_policy_hash=j.judge_policy_hash,
                           judgement_digest=entry.digest)
-            for entry in state.history if entry.role == Role.JUDGEMENT
-            for j in [registry.load(entry.digest, Judgement)]
+            for entry in sealed_judgements(state.history) for j in [registry.load(entry.digest, Judgement)]
         ]
         isolated = ran_isolated(registry, state, candidate, receipt)
     except (KeyError, ValueError, RegistryError) as error:

@@ -1,7 +1,7 @@
 """Receipt audit for ``tribunal doctor`` (SPEC §8; seed 000 "Governance records").
 
 The current verdict of every attempt is rebuilt (last in sequence wins); for
-each attempt that stands resolved or grader_failure, its receipt chain is
+each graded attempt, whatever its class, its receipt chain is
 walked newest first and each receipt re-verified like a stranger would: its
 integrity hash re-derived; the input, output and result it names must be
 entries of the same attempt and read back as those bytes; the graded result
@@ -13,7 +13,6 @@ finding, never an exception.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -42,11 +41,12 @@ from registry import (
     digest,
     entries_where,
     inspect_registry,
+    json_loads,
     release_free_memory,
     sweep_batch,
 )
 from tasks.binding_audit import audit_grading_binding
-from tasks.judge_audit import audit_judgements
+from tasks.judge_audit import audit_judgements, unsealed_judgements
 from tasks.rederive import (
     ReceiptClaim,
     claim_receipt,
@@ -61,7 +61,6 @@ from tasks.retain import current_entries
 from tasks.sealing import receipt_disagreements, receipt_seal_holds
 from tasks.verdict import terminal_class
 
-AUDITED = ("resolved", "grader_failure")
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -171,21 +170,19 @@ def audit_attempt(registry: Registry, entries: list[ManifestEntry]) -> list[Find
     unjudged = _unjudged(registry, entries)
     if unjudged:
         return unjudged
-    state = current_class(registry, entries)
-    if state is None:
-        return [_finding("receipt-unreadable", receipts[-1], "current candidate or grader result does not parse")]
-    if state not in AUDITED:
-        return []
     findings = []
-    generations = [entry.generation or 1 for entry in receipts]
-    if generations != list(range(1, len(receipts) + 1)):
-        findings.append(_finding("generation-gap", receipts[-1],
-                                 f"receipt generations run {generations}, not 1..{len(receipts)}"))
     newest_result = next((e for e in reversed(entries) if e.role == Role.GRADER_RESULT), None)
     sealed = _sealed_result(registry, receipts[-1]) if newest_result is not None else _UNREADABLE
     if newest_result is not None and sealed is not _UNREADABLE and sealed != newest_result.digest:
         findings.append(_finding("receipt-result-mismatch", newest_result,
                                  "newest grader result is not the one the newest receipt seals"))
+    if current_class(registry, entries) is None:
+        return [*findings, _finding("receipt-unreadable", receipts[-1],
+                                    "current candidate or grader result does not parse")]
+    generations = [entry.generation or 1 for entry in receipts]
+    if generations != list(range(1, len(receipts) + 1)):
+        findings.append(_finding("generation-gap", receipts[-1],
+                                 f"receipt generations run {generations}, not 1..{len(receipts)}"))
     for receipt_entry in reversed(receipts):
         findings += _check_receipt(registry, receipt_entry, entries)
     candidate_profile = sandbox_profiles(registry, entries)[0]
@@ -206,7 +203,7 @@ def _sealed_result(registry: Registry, receipt_entry: ManifestEntry) -> object:
         return receipt.result_hash  # the same string a json.loads of its bytes holds
     blob = _load(registry, receipt_entry)
     try:
-        parsed = json.loads(blob) if blob is not None else _UNREADABLE
+        parsed = json_loads(blob) if blob is not None else _UNREADABLE
     except ValueError:
         return _UNREADABLE
     return parsed.get("result_hash") if isinstance(parsed, dict) else _UNREADABLE
@@ -228,7 +225,8 @@ def audit_attempts(registry: Registry, attempts: list[list[ManifestEntry]]) -> B
     """Every check of each attempt (entries in seq order), attempt after attempt; doctor's pass calls it."""
     audit = BatchAudit([], [], [], set())
     for entries in attempts:
-        audit.findings.extend(audit_attempt(registry, entries) + audit_judgements(registry, entries))
+        audit.findings.extend(audit_attempt(registry, entries) + audit_judgements(registry, entries)
+                              + unsealed_judgements(registry, entries))
         audit.findings.extend(audit_grading_binding(registry, entries) + rederive_candidate(registry, entries)
                               + superseded_evidence(entries))
         receipts = [entry for entry in entries if entry.role == Role.GRADER_RECEIPT]

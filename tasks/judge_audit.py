@@ -44,6 +44,10 @@ def audit_judgements(registry: Registry, entries: list[ManifestEntry]) -> list[F
         if not isinstance(judgement, Judgement):
             findings.append(_finding("judgement-unreadable", entry, "judgement does not read back"))
             continue
+        if judgement.generation != (entry.generation or 1):
+            findings.append(_finding("generation-mismatch", entry,
+                                     f"judgement generation {judgement.generation} is filed as generation "
+                                     f"{entry.generation or 1}"))
         chain.append((entry.digest, judgement))
     anchor = of[Role.JUDGEMENT][-1] if of[Role.JUDGEMENT] else of[Role.JUDGE_INTENT][-1]
     findings += [_finding("judgement-chain", anchor, message) for message in chain_findings(chain)]
@@ -57,6 +61,20 @@ def audit_judgements(registry: Registry, entries: list[ManifestEntry]) -> list[F
     findings += _truth_findings(registry, of, chain)
     findings += _open_intents(registry, entries)
     return findings
+
+
+def unsealed_judgements(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
+    """Judgements of one attempt that no evidence receipt of it seals: appended by a writer that could not
+    write (in a signed registry: sign) the receipt; they do not count (``tasks.retain.sealed_judgements``)."""
+    sealed = set()
+    for entry in entries:
+        if entry.role == Role.EVIDENCE_RECEIPT:
+            receipt = read_record(registry, entry, EvidenceReceipt)
+            if isinstance(receipt, EvidenceReceipt) and evidence_seal_holds(receipt):
+                sealed.add(receipt.judgement_hash)
+    return [_finding("judgement-unsealed", entry, f"judgement generation {entry.generation or 1} is sealed by no "
+                     "evidence receipt of this attempt: it does not count")
+            for entry in entries if entry.role == Role.JUDGEMENT and entry.digest not in sealed]
 
 
 def _truth_findings(registry: Registry, of: dict[Role, list[ManifestEntry]],

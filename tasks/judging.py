@@ -35,7 +35,7 @@ from registry._models import M
 from tasks.blinding import retained_truth
 from tasks.execution.workbench import Workbench
 from tasks.judges import ADAPTER_DIGEST, JudgeReply, dispatch
-from tasks.retain import RetainedAttempt, txn
+from tasks.retain import RetainedAttempt, sealed_judgements, txn
 from tasks.sealing import seal_evidence
 
 JUDGING_ROLES = (Role.CANDIDATE_TRUTH, Role.JUDGEMENT, Role.EVIDENCE_RECEIPT)
@@ -88,11 +88,11 @@ def stage_judgement(registry: Registry, retained: RetainedAttempt, config: Confi
 
 
 def open_intents(registry: Registry, entries: list[ManifestEntry]) -> list[ManifestEntry]:
-    """Judge intents of one attempt with no outcome: no judgement of their generation, no recovery record.
+    """Judge intents of one attempt with no outcome: no sealed judgement of their generation, no recovery record.
 
     An unreadable intent counts as open: its effect cannot be proven either.
     """
-    judged = {j.generation for e in entries if e.role == Role.JUDGEMENT and (j := read_record(registry, e, Judgement))}
+    judged = {j.generation for e in sealed_judgements(entries) if (j := read_record(registry, e, Judgement))}
     recovered = {r.intent_digest for e in entries
                  if e.role == Role.INTENT_RECOVERY and (r := read_record(registry, e, IntentRecovery))}
     return [entry for entry in entries if entry.role == Role.JUDGE_INTENT and entry.digest not in recovered

@@ -42,6 +42,7 @@ from registry import (
     Registry,
     Role,
     TerminalEvidence,
+    json_loads,
 )
 from tasks.execution.boundary import verdict_in
 from tasks.regrade import MutationReceipt
@@ -242,7 +243,7 @@ def _record_lines(registry: Registry, object_digest: str) -> tuple[int, list[Rec
     except _NotStreamable:
         pass
     try:
-        body = json.loads(text)
+        body = json_loads(text)
     except ValueError:
         return None
     lines = body.get("attempts") if isinstance(body, dict) else None
@@ -286,10 +287,10 @@ def _streamed(text: str) -> tuple[int, list[RecordLine]] | None:
                     raise _NotStreamable
                 position += 1
         position += 1
-        rest = json.loads("{" + text[position + 1 :]) if text[position] == "," else {}
+        rest = json_loads("{" + text[position + 1 :]) if text[position] == "," else {}
         if text[position] not in ",}" or (text[position] == "}" and text[position + 1 :].strip(_WHITESPACE)):
             raise _NotStreamable
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, RecursionError):
         raise _NotStreamable from None
     if not isinstance(rest, dict) or "attempts" in rest:
         raise _NotStreamable  # a second "attempts" key: json.loads keeps the last one

@@ -11,7 +11,6 @@ two stored reports back by digest.
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -29,6 +28,7 @@ from registry import (
     canonical_json,
     digest_json,
     is_digest,
+    json_loads,
     release_free_memory,
 )
 from tasks.attempts import attempt_states, refused_attempts, summarize, unmeasured_reason
@@ -290,7 +290,7 @@ def load_report(registry: Registry, report_digest: str) -> dict[str, Any]:
     """Read a stored report back by digest; only digests of ``report`` entries qualify."""
     if not is_digest(report_digest) or report_digest not in {e.digest for e in registry.entries(role=Role.REPORT)}:
         raise ReportNotFound(f"{report_digest!r} is not a stored report in this registry (see `tribunal report`)")
-    body: dict[str, Any] = json.loads(registry.get(report_digest))
+    body: dict[str, Any] = json_loads(registry.get(report_digest))
     return {**body, "report_digest": report_digest}
 
 

@@ -162,8 +162,24 @@ RETAINED_ROLES = frozenset({Role.ATTEMPT_CONTRACT, Role.TRANSCRIPT, Role.PATCH, 
 """What retention writes, once per attempt: the first entry of each role is the attempt's evidence."""
 
 
+def sealed_judgements(history: Iterable[ManifestEntry]) -> list[ManifestEntry]:
+    """An attempt's judgements that count: each appended in one commit with an evidence receipt (SPEC §6).
+
+    The seal stage appends a judgement with the evidence receipt that seals
+    it, and in a signed registry only the key can write that receipt; a
+    judgement appended on its own (no key needed: judgements are bound
+    through their receipts) must not change a verdict. Doctor checks that
+    the receipt seals that very judgement (``judgement-unsealed``).
+    """
+    entries = list(history)
+    sealing = {(entry.commit, entry.attempt_id) for entry in entries if entry.role == Role.EVIDENCE_RECEIPT}
+    return [entry for entry in entries
+            if entry.role == Role.JUDGEMENT and (entry.commit, entry.attempt_id) in sealing]
+
+
 def current_entries(history: Iterable[ManifestEntry]) -> dict[str, ManifestEntry]:
-    """The entry of each role that counts: the first of the retained evidence, the newest of anything else.
+    """The entry of each role that counts: the first of the retained evidence, the newest of anything else
+    (of judgements, the newest sealed one: ``sealed_judgements``).
 
     Retention appends its records once (a retry or a second run gets the
     stored entries back), so a later candidate result or patch can only be a
@@ -171,8 +187,12 @@ def current_entries(history: Iterable[ManifestEntry]) -> dict[str, ManifestEntry
     names it ``evidence-superseded``). Grader and judge records are
     superseded by design, by regrade and rejudge generations.
     """
+    entries = list(history)
+    judgements = {id(entry) for entry in sealed_judgements(entries)}
     current: dict[str, ManifestEntry] = {}
-    for entry in history:
+    for entry in entries:
+        if entry.role == Role.JUDGEMENT and id(entry) not in judgements:
+            continue
         if entry.role not in RETAINED_ROLES or entry.role not in current:
             current[entry.role] = entry
     return current

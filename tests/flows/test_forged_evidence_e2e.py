@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from registry import NewEntry, Registry, Role, canonical_json
+from registry import Judgement, NewEntry, Registry, Role, canonical_json, digest
 from registry._entry import entry_hash, rows_to_table
 from registry._layout import commit_key
 from registry._manifest import encode_table
@@ -52,6 +52,35 @@ def append_candidate_result(store: Registry, attempt: str, **changes: Any) -> in
     [landed] = store.append([NewEntry(txn=f"{entry.txn}:forged", role=entry.role, experiment_id=entry.experiment_id,
                                       attempt_id=attempt, digest=store.put(body), size=len(body))])
     return landed.seq
+
+
+ROW_FIELDS = ("txn", "role", "experiment_id", "attempt_id", "digest", "size", "generation", "grader_id",
+              "grader_version", "payload", "time")
+
+
+def commit_rows(store: Registry) -> list[list[dict[str, Any]]]:
+    """The registry's entries as rows, one list per commit, in order (without their chain fields)."""
+    commits: dict[int, list[dict[str, Any]]] = {}
+    for entry in store.entries():
+        commits.setdefault(entry.commit, []).append({name: getattr(entry, name) for name in ROW_FIELDS})
+    return [commits[version] for version in sorted(commits)]
+
+
+def rewrite_history(store: Registry, commits: list[list[dict[str, Any]]]) -> None:
+    """Replace the whole log with ``commits``, the hash chain recomputed (anyone can: it needs no key)."""
+    root = Path(store.url)
+    shutil.rmtree(root / "log")
+    shutil.rmtree(root / "segments", ignore_errors=True)
+    seq, prev = 0, None
+    for version, entries in enumerate(commits):
+        rows = []
+        for fields_of in entries:
+            row = {**fields_of, "seq": seq, "prev_hash": prev, "commit": version}
+            row["entry_hash"] = prev = entry_hash(row)
+            seq += 1
+            rows.append(row)
+        (root / commit_key(version)).parent.mkdir(parents=True, exist_ok=True)
+        (root / commit_key(version)).write_bytes(encode_table(rows_to_table(rows)))
 
 
 def test_an_appended_candidate_result_cannot_turn_a_resolved_attempt_harness_invalid(
@@ -107,26 +136,90 @@ def test_history_rewritten_to_move_signed_records_before_the_key_is_caught(
     them. Signatures that bind the entry hash (so the whole history before it) no longer vouch."""
     store = copy_of(signed, tmp_path)
     victim = store.entries(role=Role.GRADER_RECEIPT)[0].attempt_id
-    fields = ("txn", "role", "experiment_id", "attempt_id", "digest", "size", "generation", "grader_id",
-              "grader_version", "payload", "time")
-    commits: dict[int, list[dict[str, Any]]] = {}
-    for entry in store.entries():
-        commits.setdefault(entry.commit, []).append({name: getattr(entry, name) for name in fields})
-    moved = [row for version in sorted(commits) for row in commits[version] if row["attempt_id"] == victim]
-    kept = [[row for row in commits[version] if row["attempt_id"] != victim] for version in sorted(commits)]
-    rewritten = [moved, *[rows for rows in kept if rows]]
-    root = Path(store.url)
-    shutil.rmtree(root / "log")
-    shutil.rmtree(root / "segments", ignore_errors=True)
-    seq, prev = 0, None
-    for version, entries in enumerate(rewritten):
-        rows = []
-        for fields_of in entries:
-            row = {**fields_of, "seq": seq, "prev_hash": prev, "commit": version}
-            row["entry_hash"] = prev = entry_hash(row)
-            seq += 1
-            rows.append(row)
-        (root / commit_key(version)).parent.mkdir(parents=True, exist_ok=True)
-        (root / commit_key(version)).write_bytes(encode_table(rows_to_table(rows)))
+    commits = commit_rows(store)
+    moved = [row for rows in commits for row in rows if row["attempt_id"] == victim]
+    kept = [[row for row in rows if row["attempt_id"] != victim] for rows in commits]
+    rewrite_history(store, [moved, *[rows for rows in kept if rows]])
     code, found = doctor(store.url, signed["env"], "--trust", signed["public"])
     assert code == 1 and "signature-missing" in {f["kind"] for f in found["findings"]}
+
+
+def test_a_chain_rebuilt_with_the_real_key_copied_last_is_caught_by_a_stranger(
+    signed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Attack (red team): rebuild the whole chain with every record (here: the real ones, re-ordered) before a copy
+    of the real public key's record, with the signatures dropped: before a registry's first key everything is
+    unsigned history, which no signature by the trusted key after it covers."""
+    store = copy_of(signed, tmp_path)
+    commits = commit_rows(store)
+    keys = [row for rows in commits for row in rows if row["role"] == "signing-key"]
+    rest = [[row for row in rows if row["role"] not in ("signing-key", "signature")] for rows in commits]
+    rewrite_history(store, [*[rows for rows in rest if rows], keys])
+    code, found = doctor(store.url, signed["env"], "--trust", signed["public"])
+    assert code == 1 and "unsigned-history" in {f["kind"] for f in found["findings"]}, found["findings"]
+    assert doctor(signed["registry"].as_posix(), signed["env"], "--trust", signed["public"])[0] == 0
+
+
+def test_an_unsealed_judgement_cannot_make_a_resolved_attempt_a_judge_failure(
+    signed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Attack (red team): on a case that names no judge, append (without the key: neither role is signed) a
+    candidate truth and a generation-1 judgement saying no, with no evidence receipt sealing it."""
+    store = copy_of(signed, tmp_path)
+    attempt = resolved_attempt(store, signed)
+    experiment = store.entries(attempt_id=attempt)[0].experiment_id
+    truth = canonical_json({"schema_version": "tribunal.candidate_truth.v1", "attempt_id": attempt})
+    judgement = canonical_json({
+        "schema_version": "tribunal.judgement.v1", "generation": 1, "prev_judgement_hash": None,
+        "judge_policy_hash": "sha256:" + "0" * 64, "adapter_digest": "sha256:" + "0" * 64,
+        "scoring_id": "sha256:" + "1" * 64,
+        "candidate_truth_hash": digest(truth), "passed": False, "failure": None,
+        "evidence_digest": store.put(b"no"),
+    })
+    forged = store.append([
+        NewEntry(txn=f"forged:{attempt}:{role.value}", role=role.value, experiment_id=experiment,
+                 attempt_id=attempt, digest=store.put(body), size=len(body), generation=1)
+        for role, body in ((Role.CANDIDATE_TRUTH, truth), (Role.JUDGEMENT, judgement))])
+    assert store.load(forged[1].digest, Judgement).passed is False  # a well-formed judgement record
+    after = json.loads(report(signed, store).stdout)
+    assert next(a for a in after["attempts"] if a["attempt_id"] == attempt)["terminal_class"] == "resolved"
+    code, found = doctor(store.url, signed["env"], "--trust", signed["public"])
+    assert code == 1 and ("judgement-unsealed", forged[1].seq) in {(f["kind"], f["seq"]) for f in found["findings"]}
+
+
+def test_a_signing_key_record_that_is_not_base64_is_a_finding_not_a_traceback(
+    signed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Attack (red team): a signing-key record whose public key is not base64 made doctor, report, run and
+    regrade die with a traceback. It is damage: doctor names it, the writers and readers refuse with its message."""
+    store = copy_of(signed, tmp_path)
+    body = canonical_json({"schema_version": "tribunal.signing_key.v1", "key_id": "ed25519:0", "public_key": "A"})
+    [landed] = store.append([NewEntry(txn="forged:key", role="signing-key", experiment_id="registry",
+                                      digest=store.put(body), size=len(body))])
+    checked = tribunal("doctor", "--registry", store.url, "--json", "--trust", signed["public"], env=signed["env"])
+    assert "Traceback" not in checked.stderr and checked.returncode == 1, checked.stderr
+    assert ("signing-key-unreadable", landed.seq) in {
+        (f["kind"], f["seq"]) for f in json.loads(checked.stdout)["findings"]}
+    for command in (("report", "--format", "json"), ("run",)):
+        refused = tribunal(*command[:1], "--plan", str(signed["plan"]), "--registry", store.url, "--config",
+                           str(signed["config"]), *command[1:], env=signed["env"])
+        assert "Traceback" not in refused.stderr and refused.returncode != 0, refused.stderr
+        assert "not a public key record" in refused.stderr and "tribunal doctor" in refused.stderr
+
+
+def test_a_deeply_nested_grader_result_is_a_finding_not_a_traceback(signed: dict[str, Any], tmp_path: Path) -> None:
+    """Attack (red team): a grader result of a hundred thousand ``[`` (valid prefix, too deep for the parser)
+    crashed doctor with a RecursionError."""
+    store = copy_of(signed, tmp_path)
+    attempt = resolved_attempt(store, signed)
+    entry = store.entries(attempt_id=attempt, role=Role.GRADER_RESULT)[-1]
+    body = b"[" * 100_000
+    [landed] = store.append([NewEntry(txn="forged:deep", role=entry.role, experiment_id=entry.experiment_id,
+                                      attempt_id=attempt, digest=store.put(body), size=len(body),
+                                      generation=entry.generation)])
+    checked = tribunal("doctor", "--registry", store.url, "--json", env=signed["env"])
+    assert "Traceback" not in checked.stderr and checked.returncode == 1, checked.stderr[-2000:]
+    assert ("receipt-result-mismatch", landed.seq) in {
+        (f["kind"], f["seq"]) for f in json.loads(checked.stdout)["findings"]}
+    built = report(signed, store)
+    assert "Traceback" not in built.stderr, built.stderr[-2000:]

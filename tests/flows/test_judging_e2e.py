@@ -205,10 +205,26 @@ def _open_intent(store: Registry, attempt: str, tip: ManifestEntry) -> ManifestE
     return forge(store, Role.JUDGE_INTENT, _record(intent), attempt)
 
 
+def _generation_mismatch(store: Registry, attempt: str, tip: ManifestEntry) -> ManifestEntry:
+    """A generation-2 judgement filed as generation 1 (so no mutation receipt is asked for), sealed as the seal
+    stage would: the record and its manifest entry disagree."""
+    judgement = store.load(tip.digest, Judgement).model_copy(
+        update={"generation": 2, "prev_judgement_hash": tip.digest, "passed": False})
+    [evidence] = [e for e in store.entries(attempt_id=attempt) if e.role == Role.EVIDENCE_RECEIPT]
+    fields = store.load(evidence.digest, EvidenceReceipt).model_dump(mode="json")
+    body = _record(judgement)
+    sealed = _record(seal_evidence({**fields, "judgement_hash": digest(body)}))
+    [forged, _] = store.append([
+        NewEntry(txn=f"forged:{uuid.uuid4().hex}", role=role.value, experiment_id="demo-judged", attempt_id=attempt,
+                 digest=store.put(data), size=len(data), generation=1)
+        for role, data in ((Role.JUDGEMENT, body), (Role.EVIDENCE_RECEIPT, sealed))])
+    return forged
+
+
 JUDGE_FORGERIES = {
     "judgement-unreadable": _unreadable, "evidence-unbound": _evidence_unbound,
     "evidence-seal-broken": _evidence_seal_broken, "judgement-chain": _chain, "truth-unbound": _truth_unbound,
-    "open-intent": _open_intent,
+    "open-intent": _open_intent, "generation-mismatch": _generation_mismatch,
 }
 
 
