@@ -190,6 +190,10 @@ def doctor(
         if replayed is not None:
             out.print(escape(replayed.line()))
         render_doctor(report)
+        if keys and not pins:
+            out.print("[yellow]not pinned[/]: signatures cannot show that nothing was cut from the end of the log "
+                      "(a copy cut short after any commit verifies too); pass the head the registry's owner "
+                      "published with --pin")
     if not report.clean:
         raise typer.Exit(1)
 

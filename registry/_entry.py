@@ -133,15 +133,9 @@ def entry_hash_mismatches(table: pa.Table) -> list[int]:
     sorted order, null fields left out, integers in decimal, strings quoted --
     which is ``canonical_json``'s text for every row whose strings need no
     JSON escape; a row with one (a quote, backslash or control character) is
-    hashed by ``entry_hash`` itself, as is a table with text that is not UTF-8.
+    hashed by ``entry_hash`` itself. Text that is not UTF-8 never gets here:
+    ``decode_table`` refuses the file that holds it.
     """
-    for name in HASHED_FIELDS:
-        column = table.column(name)
-        if pa.types.is_string(column.type):
-            try:
-                column.validate(full=True)
-            except pa.ArrowInvalid:
-                return [i for i, row in enumerate(table.to_pylist()) if entry_hash(row) != row["entry_hash"]]
     found = []
     for start in range(0, table.num_rows, HASH_CHUNK):
         chunk = table.slice(start, HASH_CHUNK)

@@ -56,6 +56,14 @@ class ObjectCorrupt(RegistryError):
     """Stored bytes no longer hash to the address they are stored under."""
 
 
+class RecordInvalid(RegistryError, ValueError):
+    """Stored bytes are intact but are not the record their entry's role says (a forged or foreign object).
+
+    A ``ValueError`` too, so that readers that already treat an unreadable
+    record as a finding keep doing so; commands get a message, not a traceback.
+    """
+
+
 class ManifestCorrupt(RegistryError):
     """The manifest chain is broken; readers refuse it. Run `tribunal doctor`."""
 

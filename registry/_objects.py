@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from registry._canonical import DIGEST_PREFIX, digest, is_digest, json_loads
-from registry._errors import ObjectCorrupt, ObjectMissing, RegistryError
+from registry._errors import ObjectCorrupt, ObjectMissing, RecordInvalid, RegistryError
+from registry._models import describe_errors
 from registry._storage import Storage
 
 M = TypeVar("M", bound=BaseModel)
@@ -58,11 +59,19 @@ class ObjectStore:
 
     def load(self, object_digest: str, model: type[M]) -> M:
         """The stored record as ``model``, parsed by pydantic's JSON reader (bytes verified first)."""
-        return model.model_validate_json(self.get(object_digest))
+        data = self.get(object_digest)
+        try:
+            return model.model_validate_json(data)
+        except ValidationError as error:
+            raise _invalid(object_digest, model, error) from None
 
     def load_decoded(self, object_digest: str, model: type[M]) -> M:
         """The stored record as ``model``, from ``json.loads`` (the reading doctor's receipt audit has always used)."""
-        return model.model_validate(json_loads(self.get(object_digest)))
+        value = json_loads(self.get(object_digest))
+        try:
+            return model.model_validate(value)
+        except ValidationError as error:
+            raise _invalid(object_digest, model, error) from None
 
     def exists(self, object_digest: str) -> bool:
         """Tell whether the store holds ``object_digest`` (without verifying it)."""
@@ -158,3 +167,9 @@ class ReadOnce(ObjectStore):
             read = super().load if json_reader else super().load_decoded
             found = self._records[key] = read(object_digest, model)
         return found  # type: ignore[return-value]
+
+
+def _invalid(object_digest: str, model: type[BaseModel], error: ValidationError) -> RecordInvalid:
+    first = describe_errors(error, model.__name__).splitlines()[0]
+    return RecordInvalid(f"object {object_digest} is not a valid {model.__name__} record ({first}; "
+                         f"{error.error_count()} problem(s)); run `tribunal doctor`")

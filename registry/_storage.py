@@ -94,6 +94,8 @@ class LocalStorage:
             chunks = [os.read(handle, os.fstat(handle).st_size or READ_CHUNK)]  # one buffer, however large
             while chunk := os.read(handle, READ_CHUNK):
                 chunks.append(chunk)
+        except IsADirectoryError:  # a directory planted under a file's name holds no stored bytes
+            raise FileNotFoundError(f"{key} is a directory, not a stored file") from None
         finally:
             os.close(handle)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)

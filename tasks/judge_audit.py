@@ -64,17 +64,23 @@ def audit_judgements(registry: Registry, entries: list[ManifestEntry]) -> list[F
 
 
 def unsealed_judgements(registry: Registry, entries: list[ManifestEntry]) -> list[Finding]:
-    """Judgements of one attempt that no evidence receipt of it seals: appended by a writer that could not
-    write (in a signed registry: sign) the receipt; they do not count (``tasks.retain.sealed_judgements``)."""
+    """Judgements of one attempt that no evidence receipt of it seals in the same commit: appended by a writer
+    that could not write (in a signed registry: sign) the receipt, or moved out of the receipt's commit.
+
+    Readers count a judgement by its commit (``tasks.retain.sealed_judgements``)
+    and the commit column is bound by no hash, so doctor asks for both: the
+    receipt names the judgement's digest, and sits in the judgement's commit.
+    Either way a rewrite that makes readers count another judgement is named.
+    """
     sealed = set()
     for entry in entries:
         if entry.role == Role.EVIDENCE_RECEIPT:
             receipt = read_record(registry, entry, EvidenceReceipt)
             if isinstance(receipt, EvidenceReceipt) and evidence_seal_holds(receipt):
-                sealed.add(receipt.judgement_hash)
+                sealed.add((receipt.judgement_hash, entry.commit))
     return [_finding("judgement-unsealed", entry, f"judgement generation {entry.generation or 1} is sealed by no "
-                     "evidence receipt of this attempt: it does not count")
-            for entry in entries if entry.role == Role.JUDGEMENT and entry.digest not in sealed]
+                     "evidence receipt of this attempt in its commit: it does not count")
+            for entry in entries if entry.role == Role.JUDGEMENT and (entry.digest, entry.commit) not in sealed]
 
 
 def _truth_findings(registry: Registry, of: dict[Role, list[ManifestEntry]],

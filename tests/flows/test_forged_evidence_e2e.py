@@ -12,12 +12,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from registry import Judgement, NewEntry, Registry, Role, canonical_json, digest
 from registry._entry import entry_hash, rows_to_table
 from registry._layout import commit_key
-from registry._manifest import encode_table
+from registry._manifest import decode_table, encode_table
+from registry._objects import object_key
 from tests.flows.test_signing_e2e import doctor, signed_demo
 from tests.helpers import tribunal
 
@@ -223,3 +225,88 @@ def test_a_deeply_nested_grader_result_is_a_finding_not_a_traceback(signed: dict
         (f["kind"], f["seq"]) for f in json.loads(checked.stdout)["findings"]}
     built = report(signed, store)
     assert "Traceback" not in built.stderr, built.stderr[-2000:]
+
+
+def test_a_log_cut_short_verifies_only_for_a_stranger_who_does_not_pin_the_head(
+    signed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Attack (red team): delete the last commits (the last gradings, the experiment record, the reports); every
+    signature left still verifies. Only a head published elsewhere can show it, and doctor says so."""
+    head = Registry.open(str(signed["registry"])).head()
+    assert head is not None
+    store = copy_of(signed, tmp_path)
+    for version in range(head.version - 4, head.version + 1):
+        (Path(store.url) / commit_key(version)).unlink()
+    unpinned = tribunal("doctor", "--registry", store.url, "--trust", signed["public"], env=signed["env"])
+    assert unpinned.returncode == 0 and "not pinned" in unpinned.stdout, unpinned.stdout
+    code, found = doctor(store.url, signed["env"], "--trust", signed["public"], "--pin",
+                         f"{head.seq}:{head.entry_hash}")
+    assert code == 1 and ("pin-missing", head.seq) in {(f["kind"], f["seq"]) for f in found["findings"]}
+
+
+def test_an_entry_edited_in_place_with_its_old_hash_is_refused_by_readers(
+    signed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Attack (red team): point a resolved attempt's candidate result entry at a forged result claiming failure,
+    keeping the entry's old hash so the next entry still links to it; the report used to print the forgery."""
+    store = copy_of(signed, tmp_path)
+    attempt = resolved_attempt(store, signed)
+    entry = store.entries(attempt_id=attempt, role=Role.CANDIDATE_RESULT)[0]
+    body = canonical_json({**json.loads(store.get(entry.digest)), "succeeded": False})
+    key = commit_key(entry.commit)
+    rows = [{**row, "digest": store.put(body), "size": len(body)} if row["seq"] == entry.seq else row
+            for row in decode_table(store.storage.read(key), key).to_pylist()]
+    (Path(store.url) / key).write_bytes(encode_table(rows_to_table(rows)))
+    refused = report(signed, Registry.open(store.url))
+    assert "Traceback" not in refused.stderr and refused.returncode != 0, refused.stderr[-2000:]
+    assert f"entry {entry.seq} does not hash to its entry_hash" in refused.stderr
+    code, found = doctor(store.url, signed["env"], "--trust", signed["public"])
+    assert code == 1 and ("entry-hash-mismatch", entry.seq) in {(f["kind"], f["seq"]) for f in found["findings"]}
+
+
+def test_a_commit_holding_text_that_is_not_utf8_is_a_finding_not_a_traceback(
+    signed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Attack (red team): a well-chained next commit whose txn bytes are not UTF-8 crashed doctor."""
+    store = copy_of(signed, tmp_path)
+    head = store.head()
+    assert head is not None
+    row = {"txn": "x", "role": "transcript", "experiment_id": "demo", "attempt_id": None, "digest": digest(b"x"),
+           "size": 1, "generation": None, "grader_id": None, "grader_version": None, "payload": None,
+           "time": "2026-12-04T00:00:00.000000Z", "seq": head.seq + 1, "prev_hash": head.entry_hash,
+           "commit": head.version + 1}
+    row["entry_hash"] = entry_hash(row)
+    table = rows_to_table([row])
+    offsets = pa.array([0, 2], pa.int32()).buffers()[1]
+    bad = pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(b"\xff\xfe")])
+    table = table.set_column(table.schema.get_field_index("txn"), table.schema.field("txn"), pa.chunked_array([bad]))
+    (Path(store.url) / commit_key(head.version + 1)).write_bytes(encode_table(table))
+    code, found = doctor(store.url, signed["env"])
+    assert code == 1 and ("commit-unreadable", None) in {(f["kind"], f["seq"]) for f in found["findings"]}
+    refused = report(signed, Registry.open(store.url))
+    assert "Traceback" not in refused.stderr and "malformed values" in refused.stderr, refused.stderr[-2000:]
+
+
+def test_a_directory_planted_where_an_object_would_be_is_a_finding_not_a_traceback(
+    signed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Attack (red team): a directory named like an object that no entry names crashed doctor's object pass."""
+    store = copy_of(signed, tmp_path)
+    planted = "sha256:" + "0" * 64
+    (Path(store.url) / object_key(planted)).mkdir(parents=True)
+    code, found = doctor(store.url, signed["env"])
+    assert code == 1 and [f["kind"] for f in found["findings"]] == ["object-corrupt"], found["findings"]
+
+
+def test_a_plan_entry_that_is_not_a_plan_stops_report_and_series_with_a_message(
+    signed: dict[str, Any], tmp_path: Path
+) -> None:
+    """Attack (red team): a plan entry (plans are unsigned: anyone may freeze one) whose object is not a plan
+    crashed report and series with a validation traceback."""
+    store = copy_of(signed, tmp_path)
+    body = b'{"not": "a plan"}'
+    store.append([NewEntry(txn="plan:forged", role=Role.PLAN.value, experiment_id="demo", digest=store.put(body),
+                           size=len(body))])
+    for refused in (report(signed, store), tribunal("series", "demo", "--registry", store.url, env=signed["env"])):
+        assert "Traceback" not in refused.stderr and refused.returncode != 0, refused.stderr[-2000:]
+        assert f"object {digest(body)} is not a valid Plan record" in refused.stderr

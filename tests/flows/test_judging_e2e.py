@@ -31,6 +31,7 @@ from registry import (
 from tasks.audit import audit_registry
 from tasks.judge_audit import audit_judgements
 from tasks.sealing import evidence_seal_holds, seal_evidence
+from tests.flows.test_forged_evidence_e2e import commit_rows, rewrite_history
 from tests.helpers import REPO, tribunal
 from tests.judge_server import JudgeServer, Script, judge_server
 
@@ -242,6 +243,23 @@ def test_doctor_names_each_forged_but_well_addressed_judge_record(judged: str, t
     found = [(f.kind, f.seq) for f in audit_judgements(store, store.entries(attempt_id=attempt))]
     assert found == [(kind, blamed.seq)]
     assert (kind, blamed.seq) in {(f.kind, f.seq) for f in audit_registry(store).findings}
+
+
+def test_a_judgement_moved_out_of_its_receipts_commit_is_a_finding(judged: str, tmp_path: Path) -> None:
+    """Attack (red team): split the seal commit so the judgement sits alone. No hash binds commit boundaries
+    (every entry and signature still verifies), but readers count a judgement by its receipt's commit."""
+    shutil.copytree(judged, tmp_path / "reg")
+    store = Registry.open(str(tmp_path / "reg"))
+    attempt = sorted({e.attempt_id or "" for e in store.entries(role=Role.JUDGEMENT)})[0]
+    [tip] = [e for e in store.entries(attempt_id=attempt) if e.role == Role.JUDGEMENT]
+    commits = commit_rows(store)
+    sealing = commits[tip.commit]
+    alone = next(i for i, row in enumerate(sealing) if row["txn"] == tip.txn)
+    regrouped = [sealing[:alone], [sealing[alone]], sealing[alone + 1:]]
+    rewrite_history(store, commits[:tip.commit] + [part for part in regrouped if part] + commits[tip.commit + 1:])
+    moved = Registry.open(store.url)
+    assert check_registry(moved).clean  # every hash holds: only the grouping changed
+    assert ("judgement-unsealed", tip.seq) in {(f.kind, f.seq) for f in audit_registry(moved).findings}
 
 
 def test_a_rejudge_killed_mid_call_is_refused_until_recovered(
