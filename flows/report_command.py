@@ -55,11 +55,15 @@ def report_command(
         raise UsageError("report needs --plan (or --compare A B)")
     frozen = load_plan(plan)
     ensure_signed(store, frozen.experiment)
+    keeps = store.can_sign()
     if paired is not None:
-        report_paired(store, frozen, grader_version, paired, format)
+        report_paired(store, frozen, grader_version, paired, format, keeps)
         return
+    if publish:
+        store.ensure_can_sign()  # a publication is the owner's: a reader's copy cannot make one
     decision = publish_report(store, frozen, grader_version) if publish else None
-    built = decision.report if decision else build_report(store, frozen, grader_version, history=history)
+    built = decision.report if decision else build_report(store, frozen, grader_version, history=history,
+                                                          store=keeps)
     if built is None:
         raise typer.Exit(1)
     renderers: dict[str, Callable[[], str]] = {
@@ -77,14 +81,18 @@ def report_command(
         render_report(built)
     else:
         sys.stdout.write(text())
-    if format != "json":
+    if not keeps:
+        err.print(f"[yellow]not stored[/]: {store.url} signs its records and no key of it is set; these numbers "
+                  "are read from its records as they stand (check the copy first: tribunal doctor --trust KEY "
+                  "--pin HEAD); only a report stored under the owner's key is theirs")
+    elif format != "json":
         err.print(f"stored report {built['report_digest']}")
     if decision is not None and decision.publication is None:
         raise typer.Exit(1)
 
 
 def report_paired(store: Registry, plan: Plan, grader_version: str | None, pair: tuple[str, str],
-                  format: str) -> None:
+                  format: str, keeps: bool) -> None:
     """Compare two candidates of a plan on the items both attempted in its admitted slice (SPEC §14, §16)."""
     from tasks.measurement.paired import pair_candidates
     from tasks.report import build_report
@@ -96,7 +104,7 @@ def report_paired(store: Registry, plan: Plan, grader_version: str | None, pair:
                              f"(candidates: {', '.join(known)})")
     if pair[0] == pair[1]:
         raise UsageError("--paired needs two different candidates")
-    result = pair_candidates(build_report(store, plan, grader_version), *pair)
+    result = pair_candidates(build_report(store, plan, grader_version, store=keeps), *pair)
     if format == "json":
         print_json(result)
         return
@@ -104,7 +112,7 @@ def report_paired(store: Registry, plan: Plan, grader_version: str | None, pair:
 
     out.print(escape(describe_slice(result["slice"])), highlight=False)
     render_paired(result, *pair)
-    err.print(f"stored report {result['report']}")
+    err.print(f"{'stored' if keeps else 'computed (not stored)'} report {result['report']}")
 
 
 def publish_report(store: Registry, plan: Plan, grader_version: str | None) -> Decision:

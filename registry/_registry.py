@@ -140,11 +140,7 @@ class Registry:
         if not signed:
             return self.manifest.append(drafts)
         if self.signer is None:
-            if self._anchored():
-                raise SigningError(
-                    f"{self.url} signs its records (anchor {self.signing_keys()[0].key_id}): set [signing] key_file "
-                    f"in tribunal.toml or {KEY_ENV} to a key recorded in it"
-                )
+            self.ensure_can_sign()
             return self.manifest.append(drafts)
         signer = self.signer
         self._ensure_registered(signer)
@@ -156,6 +152,22 @@ class Registry:
                     "recorded it first; run `tribunal doctor` (this registry's record of it is not trusted)"
                 )
         return landed
+
+    def can_sign(self) -> bool:
+        """Whether this writer may append signed records: it holds a key, or the registry has none yet.
+
+        A reader's copy (a stranger with the public key only) cannot: it may
+        compute what the records say, never store it as the owner's.
+        """
+        return self.signer is not None or not self._anchored()
+
+    def ensure_can_sign(self) -> None:
+        """Refuse, naming the key to set, a write of signed records this writer could not sign."""
+        if not self.can_sign():
+            raise SigningError(
+                f"{self.url} signs its records (anchor {self.signing_keys()[0].key_id}): set [signing] key_file "
+                f"in tribunal.toml or {KEY_ENV} to a key recorded in it"
+            )
 
     def _vouched(self, entry: ManifestEntry) -> bool:
         """Whether a valid signature by a trusted key covers this stored entry (a deduplicated txn's holder)."""

@@ -26,6 +26,7 @@ from registry import (
     SandboxProfile,
     TribunalError,
     canonical_json,
+    digest,
     digest_json,
     is_digest,
     json_loads,
@@ -159,8 +160,13 @@ def sandbox_profiles(registry: Registry, summaries: list[AttemptSummary]) -> dic
     return profiles
 
 
+UNSTORED = "none (computed from a reader's copy, not stored)"
+"""The signing key a report computed without the registry's key names (``report`` on a stranger's copy)."""
+
+
 def build_report(registry: Registry, plan: Plan, grader_version: str | None = None,
-                 summaries: dict[str, AttemptSummary] | None = None, history: bool = False) -> dict[str, Any]:
+                 summaries: dict[str, AttemptSummary] | None = None, history: bool = False,
+                 store: bool = True) -> dict[str, Any]:
     """Compute, store and return the report of the plan's current verdicts (or one grader version's).
 
     Every planned attempt of an admitted case is in every denominator
@@ -168,7 +174,9 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
     under ``unmeasured`` with the reason. Cases the plan's admission rule
     excludes are left out and named in ``slice`` (SPEC §14). ``summaries``
     saves re-reading the verdicts a flow has just sealed into its record;
-    ``history`` adds every generation of every attempt.
+    ``history`` adds every generation of every attempt. Without ``store``
+    (a reader who cannot sign) the report is returned, its digest computed,
+    and nothing is written.
     """
     layer = LAYER if grader_version is None else f"{LAYER}@grader-version:{grader_version}"
     if summaries is None:
@@ -206,7 +214,8 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
     body = {
         "schema_version": "tribunal.report.v1", "experiment": plan.experiment, "plan_hash": plan.plan_hash,
         "layer": layer, "grader_version": grader_version, "generated_at": utc_timestamp(),
-        "manifest_head": head_label(registry), "signing_key": registry.signer.key_id if registry.signer else "unsigned",
+        "manifest_head": head_label(registry),
+        "signing_key": registry.signer.key_id if registry.signer else "unsigned" if store else UNSTORED,
         "graders": graders, "calibration": calibration,
         "release_grade": bool(graders) and all(entry["status"] == "passed" for entry in calibration.values()),
         "candidates": [{"candidate_id": c.id, **by_candidate[c.id]} for c in plan.candidates],
@@ -221,7 +230,8 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
                     "redaction_refused": len(refused),
                     "taxonomy": count_primary([a["failure_labels"] for a in attempts] + [["M"]] * len(unmeasured))},
     }
-    report_digest = append_derived(registry, plan, Role.REPORT, canonical_json(body), f"report:{digest_json(body)}")
+    report_digest = (append_derived(registry, plan, Role.REPORT, canonical_json(body), f"report:{digest_json(body)}")
+                     if store else digest(canonical_json(body)))
     return {**body, "report_digest": report_digest}
 
 

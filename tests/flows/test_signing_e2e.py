@@ -64,6 +64,23 @@ def test_a_signed_run_verifies_for_a_stranger_with_only_a_copy_and_the_public_ke
     assert "verified against the registry's own anchor" in " ".join(text.split())
 
 
+def test_a_stranger_reads_the_numbers_from_a_copy_and_stores_nothing(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """A stranger's copy has no private key: report prints the numbers the owner's report holds, says it stored
+    nothing (it cannot sign), and writes nothing; --publish, the owner's act, is refused."""
+    registry, plan, config, _ = signed_demo(tmp_path, cli_env)
+    owners = tribunal("report", "--plan", str(plan), "--registry", registry, "--config", str(config),
+                      "--format", "json", env=cli_env)
+    copy = tmp_path / "copy"
+    shutil.copytree(registry, copy)
+    before = sorted(path.relative_to(copy) for path in copy.rglob("*"))
+    read = tribunal("report", "--plan", str(plan), "--registry", str(copy), "--format", "json", env=cli_env)
+    assert read.returncode == 0 and "not stored" in read.stderr, read.stderr
+    assert json.loads(read.stdout)["candidates"] == json.loads(owners.stdout)["candidates"]
+    published = tribunal("report", "--plan", str(plan), "--registry", str(copy), "--publish", env=cli_env)
+    assert published.returncode != 0 and "signs its records" in published.stderr, published.stderr
+    assert sorted(path.relative_to(copy) for path in copy.rglob("*")) == before
+
+
 def test_a_forged_generation_without_the_private_key_is_a_finding(tmp_path: Path, cli_env: dict[str, str]) -> None:
     """Attack: append a self-consistent generation 2 (a receipt re-sealed with tribunal's own sealing code)
     with the registry package; the forger has no private key, so it writes unsigned."""
