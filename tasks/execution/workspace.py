@@ -24,10 +24,11 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import stat
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,8 @@ GIT_TIMEOUT_S = 300
 GIT_SETTINGS = [
     "-c", "user.name=tribunal", "-c", "user.email=tribunal@localhost", "-c", "commit.gpgsign=false",
     "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
-    "-c", "core.attributesFile=/dev/null", "-c", "diff.external=", "-c", "core.pager=cat",
+    "-c", "core.attributesFile=/dev/null", "-c", "core.excludesFile=/dev/null", "-c", "diff.external=",
+    "-c", "core.pager=cat",
     "-c", "protocol.allow=never", "-c", "core.symlinks=true",
 ]
 """Everything that could make git run a program or read a planted setting, switched off per call."""
@@ -89,21 +91,56 @@ def _unreadable(error: OSError) -> None:
     raise error
 
 
-def _stats(root: Path) -> dict[str, tuple[int, int, int]]:
-    """Size, mtime and mode of every file (and symlinked folder) below ``root``, ``.git`` excepted.
+Stat = tuple[int, int, int]
+"""Size, mtime (ns) and mode of one workspace entry."""
+
+
+def _walk(root: Path) -> Iterator[tuple[str, Stat]]:
+    """Each file (and symlinked folder) below ``root`` with its size, mtime and mode, ``.git`` excepted.
 
     A folder that cannot be listed raises instead of being skipped: a tree
     hidden from this walk (e.g. a path longer than PATH_MAX on the host but
-    not inside the sandbox) would escape the patch-size check.
+    not inside the sandbox) would escape the patch-size check. A FIFO, socket
+    or device is removed, not listed: no patch can hold one, and git opening
+    a FIFO (say, one named ``.gitignore``) would wait for a writer forever.
     """
-    found = {}
     for directory, dirnames, filenames in os.walk(root, onerror=_unreadable):
         if directory == str(root):
             dirnames[:] = [name for name in dirnames if name != ".git"]
         for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(directory, d))]:
             path = os.path.join(directory, name)
             info = os.lstat(path)
-            found[os.path.relpath(path, root)] = (info.st_size, info.st_mtime_ns, info.st_mode)
+            if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+                os.unlink(path)
+                continue
+            yield os.path.relpath(path, root), (info.st_size, info.st_mtime_ns, info.st_mode)
+
+
+def _stats(root: Path) -> dict[str, Stat]:
+    """``_walk`` as a mapping: a checkout's baseline."""
+    return dict(_walk(root))
+
+
+DIFF_HEADER_BYTES = 64
+"""The least a changed file adds to a patch beside its bytes and its name twice (``diff --git a/P b/P`` ...)."""
+
+
+def _changed_stats(checkout: Checkout, max_bytes: int) -> dict[str, Stat]:
+    """The workspace's ``_stats``, read only while the changes could still fit in ``max_bytes``.
+
+    Every changed file costs the patch at least its bytes, its name twice and
+    a header, so a run that leaves a million empty files with long names is
+    refused while they are counted, before git (or this walk) holds them all.
+    """
+    found: dict[str, Stat] = {}
+    least = 0
+    for path, stat_of in _walk(checkout.workspace):
+        found[path] = stat_of
+        if checkout.baseline.get(path) != stat_of:
+            least += stat_of[0] + 2 * len(path.encode(errors="surrogateescape")) + DIFF_HEADER_BYTES
+            if least > max_bytes:
+                raise PatchTooLarge(f"the files the run changed hold over {max_bytes} bytes with their names "
+                                    f"(patch_max_bytes; counted {len(found)} files, then stopped)")
     return found
 
 
@@ -173,16 +210,13 @@ def plain_copy(snapshot_digest: str, snapshot: Snapshot, target: Path, bench: Wo
 def workspace_patch(checkout: Checkout, max_bytes: int) -> bytes:
     """Return the binary diff of everything a run changed, new files included; PatchTooLarge past ``max_bytes``."""
     try:
-        stats = _stats(checkout.workspace)
+        stats = _changed_stats(checkout, max_bytes)
     except RecursionError:
         raise WorkspaceError("the workspace is nested too deep to read") from None
     except OSError as error:
         raise WorkspaceError(f"the workspace cannot be read ({error.strerror})") from None
     if stats == checkout.baseline:
         return b""
-    changed = sum(stat[0] for path, stat in stats.items() if checkout.baseline.get(path) != stat)
-    if changed > max_bytes:
-        raise PatchTooLarge(f"the files the run changed hold {changed} bytes, over patch_max_bytes ({max_bytes})")
     _drop_nested_git(checkout.workspace)
     git(["add", "-A"], checkout.workspace, git_dir=checkout.git_dir)
     patch = git(["diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "HEAD"], checkout.workspace,

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
 import pytest
 
 from registry import digest
+from tasks.execution import workspace
 from tasks.execution.workbench import Workbench
-from tasks.execution.workspace import WorkspaceError, checkout, workspace_patch
+from tasks.execution.workspace import PatchTooLarge, WorkspaceError, checkout, workspace_patch
 
 
 def _planted_program(path: Path, marker: Path, label: str) -> str:
@@ -77,3 +79,32 @@ def test_a_tree_longer_than_path_max_on_the_host_is_a_recorded_failure(
     _deep_tree(made.workspace, b"x" * 4096)
     with pytest.raises(WorkspaceError, match="cannot be read"):
         workspace_patch(made, max_bytes=1 << 20)
+
+
+def test_a_fifo_left_in_the_workspace_cannot_stall_tribunals_git(
+    tmp_path: Path, snapshot: bytes, bench: Workbench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack (red team): a candidate leaves a FIFO named ``.gitignore`` and exits; tribunal's git add opened it and
+    waited out its 300 s timeout, whatever the candidate's own. A HOME excludes file would hide files too."""
+    monkeypatch.setattr(workspace, "GIT_TIMEOUT_S", 20)
+    made = checkout(digest(snapshot), lambda: snapshot, tmp_path / "attempt", bench)
+    work = made.workspace
+    os.mkfifo(work / ".gitignore")
+    (work / ".config" / "git").mkdir(parents=True)
+    (work / ".config" / "git" / "ignore").write_text("added.txt\n")
+    (work / "added.txt").write_text("a new file\n")
+    patch = workspace_patch(made, max_bytes=1 << 20)
+    assert b"added.txt" in patch and not (work / ".gitignore").exists()
+
+
+def test_many_empty_files_with_long_names_are_refused_while_they_are_counted(
+    tmp_path: Path, snapshot: bytes, bench: Workbench
+) -> None:
+    """Attack (red team): no byte changes, so the size check passed, and tribunal held every long name and the
+    whole diff in memory (1.4 GiB at 60,000 files) before refusing the patch."""
+    made = checkout(digest(snapshot), lambda: snapshot, tmp_path / "attempt", bench)
+    for number in range(2000):
+        (made.workspace / f"{number:04d}{'n' * 200}").touch()
+    with pytest.raises(PatchTooLarge, match=r"counted (\d+) files, then stopped") as refused:
+        workspace_patch(made, max_bytes=50_000)
+    assert int(re.search(r"counted (\d+) files", str(refused.value))[1]) < 200  # type: ignore[index]
