@@ -284,10 +284,14 @@ def test_the_demo_grader_reads_no_pytest_configuration_from_the_patch(make_profi
 
 @pytest.mark.parametrize("cheat", [
     "+import os\n+os._exit(0)\n",  # the module under test ends pytest with exit 0 before any test runs
+    # red team: as pytest exits, rewrite its junit report to three passes and exit 0
+    "+import atexit, os, sys\n+def _forge():\n+    for arg in sys.argv:\n+        if arg.startswith('--junitxml='):\n"
+    "+            open(arg.split('=', 1)[1], 'w').write('<testsuites><testsuite tests=\"3\" failures=\"0\" "
+    "errors=\"0\" skipped=\"0\"/></testsuites>')\n+    os._exit(0)\n+atexit.register(_forge)\n",
 ])
 def test_the_demo_grader_reads_pytests_report_not_its_exit_code(make_profile: MakeProfile, bench: Workbench,
                                                                cheat: str) -> None:
-    """Attack: leave the bug and make pytest exit 0 without running a test."""
+    """Attack: leave the bug and make pytest exit 0 without running a test, or rewrite its report as it ends."""
     from tests.helpers import DEMO
 
     original = (DEMO / "cases" / "off-by-one" / "repo" / "mathutil.py").read_text().splitlines()

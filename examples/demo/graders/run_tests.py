@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 from xml.etree import ElementTree
 
 HARNESS = ("conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
@@ -22,7 +23,18 @@ def harness_edits(patch):
     paths = {part[2:] for line in patch.splitlines() if line.startswith("diff --git ")
              for part in line.split()[2:4]}
     return sorted(path for path in paths if path.split("/")[-1] in HARNESS or path.split("/")[-1].startswith("test_")
-                  or "tests/" in path or path.endswith(".pth"))
+                  or path.endswith("_test.py") or "tests/" in path or path.endswith(".pth"))
+
+
+# Each test's outcome, written to a pipe as pytest reports it: code the patch planted runs inside pytest and
+# may rewrite the junit report or the exit status when the process ends, but cannot take back a line already sent.
+OUTCOMES_PLUGIN = """
+import os
+_SENT = int(os.environ["DEMO_GRADER_OUTCOMES_FD"])
+def pytest_runtest_logreport(report):
+    if report.when == "call" or report.outcome != "passed":
+        os.write(_SENT, f"{report.outcome}\\t{report.when}\\t{report.nodeid}\\n".encode())
+"""
 
 
 grader_input = json.load(sys.stdin)
@@ -37,16 +49,30 @@ scratch = tempfile.mkdtemp()
 junit = os.path.join(scratch, "junit.xml")
 settings = os.path.join(scratch, "pytest.ini")  # the only configuration pytest reads: none from the workspace
 with open(settings, "w") as handle:
-    handle.write("[pytest]\n")
+    handle.write("[pytest]\npython_files = test_*.py\n")
+with open(os.path.join(scratch, "demo_grader_outcomes.py"), "w") as handle:
+    handle.write(OUTCOMES_PLUGIN)
+received, sent = os.pipe()
+lines = []
+reader = threading.Thread(target=lambda: lines.extend(os.fdopen(received, encoding="utf-8", errors="replace")))
+reader.start()
 # -I: the workspace is not on sys.path at start-up (a planted pytest.py cannot stand in for pytest);
-# the verdict comes from pytest's own report, so a module that calls os._exit(0) on import passes nothing.
+# the verdict needs pytest's own report and every outcome it sent, so a module that calls os._exit(0) on
+# import, or rewrites the report as the process ends, passes nothing.
 run = subprocess.run(
-    [sys.executable, "-I", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", "--noconftest",
-     "-c", settings, "--rootdir", os.getcwd(), f"--junitxml={junit}"],
+    [sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); import pytest; "
+     "sys.exit(pytest.main(sys.argv[1:]))", scratch, "-q", "-p", "no:cacheprovider", "-p", "demo_grader_outcomes",
+     "--no-header", "--noconftest", "-c", settings, "--rootdir", os.getcwd(), f"--junitxml={junit}"],
     capture_output=True,
     text=True,
     timeout=90,
+    pass_fds=(sent,),
+    env={**os.environ, "DEMO_GRADER_OUTCOMES_FD": str(sent)},
 )
+os.close(sent)
+reader.join(timeout=10)
+outcomes = [line.split("\t", 2)[0] for line in lines]
+reported = sum(1 for line in lines if line.split("\t", 2)[1:2] != ["teardown"])  # one line per test, teardowns aside
 # No durations in the evidence: the same input must give the same output bytes (`tribunal doctor --replay`).
 tail = [re.sub(r" in [0-9.]+s\b", "", line) for line in (run.stdout + run.stderr).strip().splitlines()[-5:]]
 try:
@@ -56,5 +82,7 @@ try:
 except (OSError, ElementTree.ParseError):
     counts = None
 passed = run.returncode == 0 and counts is not None and counts["tests"] > 0 and counts["failures"] == 0 \
-    and counts["errors"] == 0
-print(json.dumps({"passed": passed, "pytest_exit": run.returncode, "counts": counts, "summary": tail}))
+    and counts["errors"] == 0 and not reader.is_alive() and "failed" not in outcomes and "passed" in outcomes \
+    and reported == counts["tests"]
+print(json.dumps({"passed": passed, "pytest_exit": run.returncode, "counts": counts,
+                  "outcomes": {name: outcomes.count(name) for name in sorted(set(outcomes))}, "summary": tail}))
