@@ -17,6 +17,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
 from flows.artifacts import artifact_key
+from flows.opening import ensure_private
 from flows.requests import CalibrateRequest, run_namer
 from registry import (
     CalibrationRecord,
@@ -31,7 +32,7 @@ from registry import (
     tune_allocators,
 )
 from tasks.calibration import Subject, grade_subject, judge_subject, seal_calibration, subjects
-from tasks.execution.sandbox import ensure_backend, ensure_hidden
+from tasks.execution.sandbox import ensure_backend
 from tasks.execution.workbench import Workbench, workbench
 from tasks.grading import grader_sandbox
 from tasks.judges import judge_sandbox
@@ -85,7 +86,7 @@ def calibrate(request: CalibrateRequest) -> CalibrationSummary:
     kind, name = request.subject
     programs = [judge_sandbox(config.sandbox)] if kind == "judge" else [
         grader_sandbox(config, profile_name, profile) for profile_name, profile in config.grader_profiles.items()]
-    ensure_hidden(registry.signer.path if registry.signer else None, programs)
+    ensure_private(registry, programs)
     plan = load_plan(Path(request.plan_path)) if request.plan_path else None
     made = subjects(registry, calibration_set, plan, request.profile or "")
     with workbench(request.concurrency, prefix="tribunal-calibrate-") as bench, \

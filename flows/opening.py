@@ -2,8 +2,10 @@
 
 One place, so no flow can forget a step: above all the check that the
 private signing key is outside every path a program of that flow can read
-(``ensure_hidden``), which is what makes a signature mean that tribunal, not
-a candidate, grader or judge, wrote the record.
+(``ensure_private``), which is what makes a signature mean that tribunal, not
+a candidate, grader or judge, wrote the record -- and that a local registry
+is too (a sandboxed program, unless the operator chose none, never reads the
+scoring secret or whose work is whose).
 """
 
 from __future__ import annotations
@@ -34,8 +36,15 @@ def open_target(target: Target, programs: Callable[[Config, Plan], list[Sandbox]
     config = load_config(find_config(target.config_path))
     ensure_backend(config.sandbox)
     registry = Registry.open_signing(target.registry_url, config)
-    ensure_hidden(registry.signer.path if registry.signer else None, programs(config, plan))
+    ensure_private(registry, programs(config, plan))
     return Opened(plan, config, registry)
+
+
+def ensure_private(registry: Registry, sandboxes: list[Sandbox]) -> None:
+    """Refuse to run a program that could read the signing key, or a local registry: its scoring secret keys
+    the ids graders see, and its records say whose work is whose."""
+    ensure_hidden(registry.signer.path if registry.signer else None, sandboxes)
+    ensure_hidden(registry.local_root, [sandbox for sandbox in sandboxes if sandbox.isolated], what="the registry")
 
 
 def graders(config: Config, plan: Plan) -> list[Sandbox]:

@@ -182,6 +182,17 @@ class Plan(Strict):
     """
     plan_hash: Digest
 
+    @model_validator(mode="after")
+    def _ids_unique(self) -> Plan:
+        """One case or candidate listed twice would run, seal and count the same attempt twice (a hand-written
+        plan with a recomputed hash passes the drift check): freeze refuses it, and so does every reader."""
+        for table, ids in (("case", [case.id for case in self.cases]),
+                           ("candidate", [candidate.id for candidate in self.candidates])):
+            twice = sorted({item for item in ids if ids.count(item) > 1})
+            if twice:
+                raise ValueError(f"{table} id {twice[0]!r} is listed more than once")
+        return self
+
     @model_serializer(mode="wrap")
     def _defaults_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         """Plans frozen before admission rules or labels hash as they did: defaults are left out."""

@@ -36,7 +36,7 @@ from registry._signing import (
     trusted_keys,
     verifies,
 )
-from registry._storage import Storage, open_storage
+from registry._storage import LocalStorage, Storage, open_storage
 
 REGISTRY_ENV = "TRIBUNAL_REGISTRY"
 M = TypeVar("M", bound=BaseModel)
@@ -96,6 +96,11 @@ class Registry:
     @property
     def url(self) -> str:
         return self.storage.url
+
+    @property
+    def local_root(self) -> str | None:
+        """The folder of a registry on this machine's filesystem (None on S3): no sandbox may see it."""
+        return str(self.storage.root) if isinstance(self.storage, LocalStorage) else None
 
     def scoring_secret(self) -> bytes:
         """This registry's secret for keyed scoring ids (SPEC §11), made by the first writer that needs it.

@@ -208,8 +208,9 @@ def bwrap_version() -> str:
 
 
 def ensure_hidden(path: str | None, sandboxes: list[Sandbox], what: str = "the signing key") -> None:
-    """Refuse to run when a program could read ``path`` (the private signing key): a signature anyone in a
-    sandbox could make would prove nothing."""
+    """Refuse to run when a program could read ``path`` (the private signing key, a local registry): a
+    signature anyone in a sandbox could make would prove nothing, and a grader reading the registry's scoring
+    secret or records could tell whose work it grades."""
     if path is None:
         return
     for sandbox in sandboxes:
@@ -329,16 +330,20 @@ class Sandbox:
         return _under(path, roots) and _under(os.path.realpath(path), roots)
 
     def reaches(self, path: str) -> bool:
-        """Whether a program inside could read the host file at ``path`` under any name.
+        """Whether a program inside could read the host file at ``path``, or anything in the folder at ``path``,
+        under any name.
 
         A bind mount shows what its source resolves to, so the file and every
         root are compared resolved: a root that is a symlink (a "current"
-        link) and a key file that links into a root both count.
+        link) and a key file that links into a root both count, as does a
+        root inside a folder (``read_only = ["<registry>/keys"]``).
         """
         if not self.isolated:
             return True
         roots = [os.path.realpath(mount.path) for mount in self._system + self._declared]
-        return _under(os.path.realpath(path), roots) or self.sees(os.path.abspath(path))
+        real = os.path.realpath(path)
+        return (_under(real, roots) or any(_under(root, [real]) for root in roots)
+                or self.sees(os.path.abspath(path)))
 
     def preflight(self, argv: list[str], search_path: str, io: Path | None = None) -> str | None:
         """Why ``argv`` cannot run in this sandbox (a declared path is missing, the program is invisible), or None.

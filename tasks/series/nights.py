@@ -65,9 +65,16 @@ def series_names(registry: Registry) -> list[str]:
 
 
 def previous_night(nights: list[Night], label: str) -> Night | None:
-    """The newest night dated before ``label``."""
-    found = previous_label([night.label for night in nights], label)
-    return next((night for night in nights if night.label == found), None)
+    """The newest night dated before ``label`` that the ``nightly`` flow decided (it has its signed record).
+
+    Plans are not signed (anyone may freeze one), so a night without its
+    record -- one that failed, or one planted under a date in between -- is
+    never the baseline: a phantom night with no verdicts would compare every
+    rate with nothing and hide a real regression.
+    """
+    decided = [night for night in nights if night.record is not None]
+    found = previous_label([night.label for night in decided], label)
+    return next((night for night in decided if night.label == found), None)
 
 
 def record_night(registry: Registry, plan: Plan, report: dict[str, Any], previous: Night | None,

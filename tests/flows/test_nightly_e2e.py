@@ -311,3 +311,23 @@ def test_a_forged_clean_night_is_refused(series: dict[str, Any]) -> None:
     listed = tribunal("series", EXPERIMENT, "--registry", str(copy), "--format", "json", env=series["env"])
     assert listed.returncode == 1 and listed.stdout == ""
     assert "fail signature verification" in " ".join(listed.stderr.split())
+
+
+def test_a_planted_night_without_its_record_is_never_the_baseline(series: dict[str, Any]) -> None:
+    """Attack (red team): without the key, plant a copy of night 1's plan under the date before tonight (plans
+    are unsigned); with no verdicts behind it, tonight compared every rate with nothing and hid a regression."""
+    from registry import NewEntry, Plan, plan_bytes
+    from registry._plan import compute_plan_hash
+
+    copy = series["root"] / "phantom-reg"
+    shutil.copytree(series["registry"], copy)
+    store = Registry.open(str(copy))
+    first = store.load(store.entries(role="plan")[0].digest, Plan).model_copy(update={"label": "2026-12-04"})
+    phantom = first.model_copy(update={"plan_hash": compute_plan_hash(first.model_dump(mode="json"))})
+    body = plan_bytes(phantom)
+    store.append([NewEntry(txn=f"plan:{phantom.plan_hash}", role="plan", experiment_id=EXPERIMENT,
+                           digest=store.put(body), size=len(body))])
+    night = tribunal("nightly", str(series["spec"]), "--date", "2026-12-05", "--registry", str(copy), "--config",
+                     str(series["config"]), "--json", env=series["env"])
+    assert night.returncode == 0, night.stderr
+    assert json.loads(night.stdout)["record"]["comparison"]["previous_label"] == NIGHTS[2]

@@ -169,6 +169,22 @@ def test_a_signing_key_a_candidate_could_read_is_refused_before_anything_runs(
     assert not Registry.open(registry).entries(role=Role.TRANSCRIPT.value)
 
 
+def test_a_sandbox_that_could_read_the_registry_is_refused_before_anything_runs(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Attack (red team): a grader given read access into the registry read its scoring secret, unkeyed every
+    scoring id and passed only the candidate it favoured; replay reproduced it and doctor stayed clean."""
+    registry = str(tmp_path / "reg")
+    spec = copy_demo(tmp_path / "exp")
+    plan = tmp_path / "plan.json"
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
+    config = spec.parent / "tribunal.toml"
+    config.write_text(config.read_text() + f'\n[sandbox]\nread_only = ["{registry}/objects"]\n')
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env)
+    assert ran.returncode == 1 and f"the registry {registry} is inside a path" in " ".join(ran.stderr.split())
+    assert not Registry.open(registry).entries(role=Role.TRANSCRIPT.value)
+
+
 def test_a_rejudge_refuses_a_signing_key_its_unsandboxed_judges_could_read(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:

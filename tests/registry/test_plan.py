@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from registry import PlanDrift, Registry, SpecError, freeze_experiment, load_plan
+from registry._plan import compute_plan_hash
 from tests.helpers import copy_demo
 
 
@@ -160,3 +161,18 @@ def test_a_label_changes_the_plan_hash_only_when_set(tmp_path: Path) -> None:
     assert (again.plan_hash, again_bytes) == (night.plan_hash, night_bytes)
     assert len(registry.entries(role="plan")) == 3
     assert {ref.attempt_id for ref in night.attempt_refs()}.isdisjoint(ref.attempt_id for ref in plain.attempt_refs())
+
+
+@pytest.mark.parametrize("table", ["cases", "candidates"])
+def test_a_plan_listing_an_id_twice_is_refused_even_with_its_hash_recomputed(tmp_path: Path, table: str) -> None:
+    """Attack (red team): a hand-written plan naming one case twice, its hash recomputed, ran, sealed and counted
+    the same attempt twice (a published 66.7% for a real 50%), or crashed run and report (k > n in the interval)."""
+    spec = copy_demo(tmp_path / "exp")
+    _, data = freeze_experiment(spec, Registry.open(str(tmp_path / "reg")))
+    body = json.loads(data)
+    body[table][1] = body[table][0]
+    body["plan_hash"] = compute_plan_hash(body)
+    forged = tmp_path / "plan.json"
+    forged.write_text(json.dumps(body))
+    with pytest.raises(SpecError, match=f"id {body[table][0]['id']!r} is listed more than once"):
+        load_plan(forged)
