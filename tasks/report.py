@@ -28,6 +28,7 @@ from registry import (
     canonical_json,
     digest,
     digest_json,
+    ensure_signed,
     is_digest,
     json_loads,
     release_free_memory,
@@ -297,9 +298,12 @@ def rates_by_grader_version(registry: Registry, plan: Plan) -> dict[str, dict[st
 
 
 def load_report(registry: Registry, report_digest: str) -> dict[str, Any]:
-    """Read a stored report back by digest; only digests of ``report`` entries qualify."""
-    if not is_digest(report_digest) or report_digest not in {e.digest for e in registry.entries(role=Role.REPORT)}:
+    """Read a stored report back by digest; only digests of ``report`` entries qualify, and in a signed registry
+    only when its experiment's signed records verify (a report appended without the key compares nothing)."""
+    entry = next((e for e in registry.entries(role=Role.REPORT) if e.digest == report_digest), None)
+    if not is_digest(report_digest) or entry is None:
         raise ReportNotFound(f"{report_digest!r} is not a stored report in this registry (see `tribunal report`)")
+    ensure_signed(registry, entry.experiment_id)
     body: dict[str, Any] = json_loads(registry.get(report_digest))
     return {**body, "report_digest": report_digest}
 

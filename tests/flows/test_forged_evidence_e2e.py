@@ -310,3 +310,18 @@ def test_a_plan_entry_that_is_not_a_plan_stops_report_and_series_with_a_message(
     for refused in (report(signed, store), tribunal("series", "demo", "--registry", store.url, env=signed["env"])):
         assert "Traceback" not in refused.stderr and refused.returncode != 0, refused.stderr[-2000:]
         assert f"object {digest(body)} is not a valid Plan record" in refused.stderr
+
+
+def test_a_report_appended_without_the_key_cannot_be_compared(signed: dict[str, Any], tmp_path: Path) -> None:
+    """Attack (red team): `report --compare` read any entry of role report; a forger appends a report whose
+    numbers say what they like and has a stranger compare the owner's report with it."""
+    store = copy_of(signed, tmp_path)
+    real = store.entries(role=Role.REPORT)[-1]
+    body = canonical_json({**json.loads(store.get(real.digest)), "candidates": []})
+    forged = NewEntry(txn="forged:report", role=Role.REPORT.value, experiment_id=real.experiment_id,
+                      digest=store.put(body), size=len(body))
+    store.manifest.append([forged])  # below the Registry API: the forger has no key
+    compared = tribunal("report", "--compare", real.digest, digest(body), "--registry", store.url,
+                        "--format", "json", env=signed["env"])
+    assert compared.returncode != 0 and "Traceback" not in compared.stderr, compared.stderr[-2000:]
+    assert "fail signature verification" in " ".join(compared.stderr.split())
