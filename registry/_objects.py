@@ -7,8 +7,8 @@ address, so a flipped byte is an error, never silently served.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -59,19 +59,11 @@ class ObjectStore:
 
     def load(self, object_digest: str, model: type[M]) -> M:
         """The stored record as ``model``, parsed by pydantic's JSON reader (bytes verified first)."""
-        data = self.get(object_digest)
-        try:
-            return model.model_validate_json(data)
-        except ValidationError as error:
-            raise _invalid(object_digest, model, error) from None
+        return _validated(object_digest, model.model_validate_json, self.get(object_digest))
 
     def load_decoded(self, object_digest: str, model: type[M]) -> M:
         """The stored record as ``model``, from ``json.loads`` (the reading doctor's receipt audit has always used)."""
-        value = json_loads(self.get(object_digest))
-        try:
-            return model.model_validate(value)
-        except ValidationError as error:
-            raise _invalid(object_digest, model, error) from None
+        return _validated(object_digest, model.model_validate, json_loads(self.get(object_digest)))
 
     def exists(self, object_digest: str) -> bool:
         """Tell whether the store holds ``object_digest`` (without verifying it)."""
@@ -169,7 +161,12 @@ class ReadOnce(ObjectStore):
         return found  # type: ignore[return-value]
 
 
-def _invalid(object_digest: str, model: type[BaseModel], error: ValidationError) -> RecordInvalid:
-    first = describe_errors(error, model.__name__).splitlines()[0]
-    return RecordInvalid(f"object {object_digest} is not a valid {model.__name__} record ({first}; "
-                         f"{error.error_count()} problem(s)); run `tribunal doctor`")
+def _validated(object_digest: str, validate: Callable[[Any], M], value: Any) -> M:
+    """``validate(value)``, a record that does not fit its model raised as ``RecordInvalid`` (a message)."""
+    try:
+        return validate(value)
+    except ValidationError as error:
+        name = error.title
+        first = describe_errors(error, name).splitlines()[0]
+        raise RecordInvalid(f"object {object_digest} is not a valid {name} record ({first}; "
+                            f"{error.error_count()} problem(s)); run `tribunal doctor`") from None

@@ -11,7 +11,7 @@ attempt terminal rather than silently pending.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,9 +172,14 @@ def sealed_judgements(history: Iterable[ManifestEntry]) -> list[ManifestEntry]:
     the receipt seals that very judgement (``judgement-unsealed``).
     """
     entries = list(history)
+    counts = _counts(entries)
+    return [entry for entry in entries if entry.role == Role.JUDGEMENT and counts(entry)]
+
+
+def _counts(entries: list[ManifestEntry]) -> Callable[[ManifestEntry], bool]:
+    """Whether an entry may count: any but a judgement without an evidence receipt in its commit."""
     sealing = {(entry.commit, entry.attempt_id) for entry in entries if entry.role == Role.EVIDENCE_RECEIPT}
-    return [entry for entry in entries
-            if entry.role == Role.JUDGEMENT and (entry.commit, entry.attempt_id) in sealing]
+    return lambda entry: entry.role != Role.JUDGEMENT or (entry.commit, entry.attempt_id) in sealing
 
 
 def current_entries(history: Iterable[ManifestEntry]) -> dict[str, ManifestEntry]:
@@ -188,11 +193,9 @@ def current_entries(history: Iterable[ManifestEntry]) -> dict[str, ManifestEntry
     superseded by design, by regrade and rejudge generations.
     """
     entries = list(history)
-    judgements = {id(entry) for entry in sealed_judgements(entries)}
+    counts = _counts(entries)
     current: dict[str, ManifestEntry] = {}
-    for entry in entries:
-        if entry.role == Role.JUDGEMENT and id(entry) not in judgements:
-            continue
+    for entry in filter(counts, entries):
         if entry.role not in RETAINED_ROLES or entry.role not in current:
             current[entry.role] = entry
     return current
