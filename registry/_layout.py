@@ -73,6 +73,16 @@ def list_segments(storage: Storage) -> list[tuple[int, int]]:
     return sorted(found_range for found_range in found if found_range is not None)
 
 
+def segment_chain(ranges: list[tuple[int, int]], first: int = 0) -> list[tuple[int, int]]:
+    """The segments a reader takes from commit ``first`` on: each starts where the last ended, the longest of
+    those that do; the commits after the chain are read themselves."""
+    chain: list[tuple[int, int]] = []
+    while covering := [last for start, last in ranges if start == first]:
+        chain.append((first, max(covering)))
+        first = max(covering) + 1
+    return chain
+
+
 def stray_files(storage: Storage) -> list[Finding]:
     """Name every file under ``log/`` and ``segments/`` that is neither a commit nor a segment.
 

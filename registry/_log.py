@@ -24,11 +24,19 @@ from functools import partial
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from registry._chain import Finding, check_commit_placement, check_entry_hashes, inner_links, start_links
+from registry._canonical import digest
+from registry._chain import (
+    Finding,
+    check_commit_placement,
+    check_entry_hashes,
+    check_segment,
+    inner_links,
+    start_links,
+)
 from registry._entry import ENTRY_SCHEMA
 from registry._errors import ManifestCorrupt
-from registry._layout import LOG_DIR, commit_key, commit_version, list_segments, segment_key
-from registry._manifest import READ_BATCH, SEGMENT_COMMITS, decode_table
+from registry._layout import LOG_DIR, commit_key, commit_version, list_segments, segment_chain, segment_key
+from registry._manifest import COMMITS_KEY, READ_BATCH, SEGMENT_COMMITS, decode_table
 from registry._storage import Storage
 from registry._workers import Workers
 
@@ -86,30 +94,93 @@ def commit_versions(storage: Storage) -> list[int]:
     return sorted(versions)
 
 
-def read_piece(storage: Storage, work: tuple[list[int], list[Range]]) -> Piece:
-    """Decode the commit files ``versions`` and check them: entry hashes, links within, the given segments."""
-    versions, ranges = work
+def read_piece(storage: Storage, work: tuple[list[int], list[Range], list[Range]]) -> Piece:
+    """Read the commit files ``versions`` and check them: entry hashes, links within, the given segments.
+
+    The commits of a segment readers take (``chained``) are read through it
+    when it holds (``_through_segment``); the others are decoded one by one.
+    """
+    versions, ranges, chained = work
+    through = {span[0]: (span, table) for span in chained
+               if (table := _through_segment(storage, versions, span)) is not None}
+    covered = {version for (first, last), _ in through.values() for version in range(first, last + 1)}
+    decoded, unreadable = _decode_commits(storage, [version for version in versions if version not in covered])
     readable: list[int] = []
     offsets = [0]
     tables: list[pa.Table] = []
+    for version in versions:
+        if version in through:
+            (first, last), table = through[version]
+            commits = table.column("commit").to_pylist()
+            readable += range(first, last + 1)
+            base = offsets[-1]
+            offsets += [base + bisect.bisect_right(commits, v) for v in range(first, last + 1)]
+            tables.append(table)
+        elif version in decoded:
+            readable.append(version)
+            offsets.append(offsets[-1] + decoded[version].num_rows)
+            tables.append(decoded[version])
+    merged = pa.concat_tables([ENTRY_SCHEMA.empty_table(), *tables]).combine_chunks().replace_schema_metadata(None)
+    steps, links = inner_links(merged) if merged.num_rows else ([], [])
+    log = RawLog(readable, offsets, merged)
+    verified = [span for span, _ in through.values()]
+    checked = [(span, None if span in verified else check_segment_file(storage, log, span)) for span in ranges]
+    hashes = check_entry_hashes(pa.concat_tables([ENTRY_SCHEMA.empty_table(), *decoded.values()]).combine_chunks())
+    return Piece(RawLog(readable, offsets, compact(merged)), unreadable, steps, links, hashes, checked)
+
+
+def _decode_commits(storage: Storage, versions: list[int]) -> tuple[dict[int, pa.Table], list[Finding]]:
+    """The readable commit files of ``versions``, decoded, and a finding for each one that is not."""
+    decoded: dict[int, pa.Table] = {}
     unreadable = []
     for start in range(0, len(versions), READ_BATCH):
         batch = versions[start : start + READ_BATCH]
         for version, data in zip(batch, storage.read_many([commit_key(v) for v in batch]), strict=True):
             try:
-                table = decode_table(data or b"", commit_key(version))
+                decoded[version] = decode_table(data or b"", commit_key(version)).replace_schema_metadata(None)
             except ManifestCorrupt as error:
                 unreadable.append(Finding(kind="commit-unreadable", version=version, message=str(error)))
-                continue
-            readable.append(version)
-            offsets.append(offsets[-1] + table.num_rows)
-            tables.append(table)
-    merged = pa.concat_tables([ENTRY_SCHEMA.empty_table(), *tables]).combine_chunks().replace_schema_metadata(None)
-    steps, links = inner_links(merged) if merged.num_rows else ([], [])
-    log = RawLog(readable, offsets, merged)
-    checked = [(span, check_segment_file(storage, log, span)) for span in ranges]
-    return Piece(RawLog(readable, offsets, compact(merged)), unreadable, steps, links, check_entry_hashes(merged),
-                 checked)
+    return decoded, unreadable
+
+
+def _through_segment(storage: Storage, versions: list[int], span: Range) -> pa.Table | None:
+    """The entries of the commits of ``span`` read through their segment, or None when it does not hold.
+
+    It holds when every one of those commit files is stored and has the
+    digest the segment recorded for it when it was written, the last of them
+    decodes to the segment's last entries, and the segment's own entries
+    re-hash and link (the links end on that last commit, so the hash chain
+    makes them the entries those commits were written with). Otherwise the
+    commits are decoded, which gives every finding an edit there causes.
+    A commit edited together with the record is left unread, as readers leave
+    it while the segment stands; doctor decodes it once they would read it.
+    """
+    first, last = span
+    if not set(range(first, last + 1)) <= set(versions):
+        return None
+    key = segment_key(first, last)
+    try:
+        segment = decode_table(storage.read(key), key)
+    except (OSError, ManifestCorrupt):
+        return None
+    record = (segment.schema.metadata or {}).get(COMMITS_KEY, b"").decode("utf-8", "replace").split("\n")
+    if len(record) != last - first + 1:
+        return None
+    ending = b""
+    for start in range(0, len(record), READ_BATCH):
+        keys = [commit_key(version) for version in range(first + start, min(last, first + start + READ_BATCH - 1) + 1)]
+        for expected, data in zip(record[start : start + READ_BATCH], storage.read_many(keys), strict=True):
+            if data is None or digest(data) != expected:
+                return None
+            ending = data
+    try:
+        last_commit = decode_table(ending, commit_key(last))
+    except ManifestCorrupt:
+        return None
+    table = segment.replace_schema_metadata(None)
+    if check_segment(table, first, last, last_commit) or inner_links(table) != ([], []) or check_entry_hashes(table):
+        return None
+    return table
 
 
 def compact(table: pa.Table) -> pa.Table:
@@ -151,8 +222,10 @@ def read_log(storage: Storage, versions: list[int], workers: Workers) -> LogRepo
         piece = span[0] // PIECE_COMMITS
         (inside.setdefault(piece, []) if piece == span[1] // PIECE_COMMITS and piece in by_piece
          else across).append(span)
+    chain = set(segment_chain(spans))
     pieces = workers.run_all(partial(read_piece, storage),
-                             ((group, inside.get(piece, [])) for piece, group in by_piece.items()))
+                             ((group, inside.get(piece, []), [span for span in inside.get(piece, []) if span in chain])
+                              for piece, group in by_piece.items()))
     log = _joined(pieces)
     findings = [finding for piece in pieces for finding in piece.unreadable]
     findings += check_commit_placement(log.versions, [b - a for a, b in itertools.pairwise(log.offsets)],

@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
+from registry._canonical import digest
 from registry._chain import check_links, check_segment
 from registry._entry import (
     ENTRY_SCHEMA,
@@ -56,7 +57,7 @@ from registry._entry import (
     with_payload,
 )
 from registry._errors import CommitOutcomeUnknown, ManifestConflict, ManifestCorrupt, RegistryError
-from registry._layout import commit_key, list_commit_versions, list_segments, segment_key
+from registry._layout import commit_key, list_commit_versions, list_segments, segment_chain, segment_key
 from registry._storage import Storage
 
 SEGMENT_COMMITS = 1000
@@ -66,6 +67,8 @@ READ_BATCH = 256
 CATCH_UP = 4
 NONCE_KEY = b"tribunal.nonce"
 WRITER_KEY = b"tribunal.writer"
+COMMITS_KEY = b"tribunal.commits"
+"""A segment's record of the commit files it replaces: the ``digest`` of each one's bytes, one a line."""
 MAX_VIEW_CHUNKS = 32
 """Chunks the cached view may hold before its small ones are merged (see ``Manifest._view``)."""
 
@@ -126,14 +129,14 @@ def decode_table(data: bytes, where: str) -> pa.Table:
     return table
 
 
-def read_commits(storage: Storage, versions: list[int]) -> Iterator[tuple[int, pa.Table]]:
-    """Yield (version, entries) of stored commits, fetched in concurrent batches."""
+def read_commits(storage: Storage, versions: list[int]) -> Iterator[tuple[int, bytes]]:
+    """Yield (version, bytes) of stored commits, fetched in concurrent batches."""
     for start in range(0, len(versions), READ_BATCH):
         batch = versions[start : start + READ_BATCH]
         for version, data in zip(batch, storage.read_many([commit_key(v) for v in batch]), strict=True):
             if data is None:
                 raise ManifestCorrupt(f"commit {version} vanished while being read; run `tribunal doctor`")
-            yield version, decode_table(data, commit_key(version))
+            yield version, data
 
 
 class Manifest:
@@ -153,6 +156,8 @@ class Manifest:
         self._head: Head | None = None
         self._txns: dict[str, int] | None = None
         self._loaded = False
+        self._files: dict[int, str] = {}
+        """The ``digest`` of each commit file this view holds the entries of, for the segments it closes."""
 
     # -- reading ---------------------------------------------------------------
 
@@ -166,7 +171,21 @@ class Manifest:
             for expected, version in enumerate(versions, start=self._version + 1):
                 if version != expected:
                     raise ManifestCorrupt(f"commit {expected} is missing; run `tribunal doctor`")
-            self._apply_commits(list(read_commits(self.storage, versions)))
+            self._apply_commits([self._decoded(version, data)
+                                 for version, data in read_commits(self.storage, versions)])
+
+    def _decoded(self, version: int, data: bytes) -> tuple[int, pa.Table]:
+        """A commit file's entries; the file's digest is kept for the segment that will stand for it."""
+        table = decode_table(data, commit_key(version))
+        self._remember(version, data)
+        return version, table
+
+    def _remember(self, version: int, data: bytes) -> None:
+        """Keep a commit file's digest while its segment may still be written (its range and the one before)."""
+        if version % SEGMENT_COMMITS == 0:
+            oldest = version - SEGMENT_COMMITS
+            self._files = {kept: file for kept, file in self._files.items() if kept >= oldest}
+        self._files[version] = digest(data)
 
     def _apply_commits(self, commits: list[tuple[int, pa.Table]]) -> None:
         """Add commits read from storage, their entries re-hashed first, all in one batch.
@@ -197,12 +216,7 @@ class Manifest:
         last entry. Re-hashing every entry is left to doctor, which compares
         each segment with all of its commits.
         """
-        ranges = list_segments(self.storage)
-        chain: list[tuple[int, int]] = []
-        first = self._version + 1
-        while covering := [last for start, last in ranges if start == first]:
-            chain.append((first, max(covering)))
-            first = max(covering) + 1
+        chain = segment_chain(list_segments(self.storage), self._version + 1)
         endings = self.storage.read_many([commit_key(last) for _, last in chain])  # one batch, not one per segment
         for (first, last), ending in zip(chain, endings, strict=True):
             where = segment_key(first, last)
@@ -222,8 +236,7 @@ class Manifest:
             raise ManifestCorrupt(f"{key} cannot be read; run `tribunal doctor`") from None
 
     def _read_commit(self, version: int) -> pa.Table:
-        where = commit_key(version)
-        return decode_table(self.storage.read(where), where)
+        return self._decoded(version, self.storage.read(commit_key(version)))[1]
 
     def _apply(self, version: int, table: pa.Table, *, own: bool = False) -> None:
         """Add a run of entries to the view; a broken chain read from storage is refused.
@@ -335,6 +348,7 @@ class Manifest:
         data = encode_table(table, {NONCE_KEY: nonce, WRITER_KEY: self.writer.encode()})
         created = self._put_commit(version, data)
         if created:
+            self._remember(version, data)
             self._apply(version, table, own=True)
             self._compact_if_closed(version)
             return rows
@@ -357,8 +371,7 @@ class Manifest:
             versions = list(range(self._version + 1, self._version + 1 + CATCH_UP))
             fetched = self.storage.read_many([commit_key(version) for version in versions])
             present = list(takewhile(lambda landed: landed[1] is not None, zip(versions, fetched, strict=True)))
-            self._apply_commits([(version, decode_table(data or b"", commit_key(version)))
-                                 for version, data in present])
+            self._apply_commits([self._decoded(version, data or b"") for version, data in present])
             if len(present) < len(versions):
                 return
 
@@ -407,10 +420,15 @@ class Manifest:
             return written
 
     def _write_segment(self, first: int, last: int) -> int:
+        """Write the segment of commits ``first..last`` from this view, with the digest of each commit file when
+        this view read or wrote them all (doctor then hashes those files instead of decoding them)."""
         table = self._view()
         commits = table.column("commit")
         mask = pc.and_(pc.greater_equal(commits, first), pc.less_equal(commits, last))
-        data = encode_table(table.filter(mask), compression="zstd")
+        files = [self._files.get(version) for version in range(first, last + 1)]
+        record = "\n".join(file for file in files if file is not None) if None not in files else ""
+        data = encode_table(table.filter(mask), {COMMITS_KEY: record.encode()} if record else None,
+                            compression="zstd")
         return int(self.storage.put_if_absent(segment_key(first, last), data))
 
     def holds_role(self, role: str) -> bool:

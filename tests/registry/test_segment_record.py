@@ -1,0 +1,126 @@
+"""A segment records the sha256 of each commit file it replaces; doctor reads those commits through it.
+
+Doctor must compare every segment readers use with the commits it stands for
+(SPEC §12), but decoding 200,000 commit files is most of its time. A writer
+that closes a segment records the digest of each commit file's bytes in it;
+doctor then hashes those files instead of decoding them, decodes only the
+last one, and checks the segment's rows like commits (entry hashes, links).
+Each test plants what a careless or hostile writer could, and doctor must
+find what it found when it decoded every commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import registry._log as log_module
+import registry._manifest as manifest_module
+from registry import Registry, check_registry, digest
+from registry._entry import entry_hash
+from registry._manifest import COMMITS_KEY, commit_key, decode_table, encode_table, segment_key
+from tests.registry.test_doctor import build, read_rows, write_rows
+
+
+@pytest.fixture(autouse=True)
+def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(manifest_module, "SEGMENT_COMMITS", 2)
+    monkeypatch.setattr(log_module, "PIECE_COMMITS", 2)
+
+
+def recorded(registry: Registry, first: int, last: int) -> list[str]:
+    key = segment_key(first, last)
+    metadata = decode_table(registry.storage.read(key), key).schema.metadata or {}
+    return metadata.get(COMMITS_KEY, b"").decode().split()
+
+
+def rewrite_segment(raw: Any, registry: Registry, first: int, last: int, rows: list[dict[str, Any]] | None = None,
+                    record: list[str] | None = None) -> None:
+    """Write segment ``first..last`` again: other rows and/or another record (None: keep what it holds)."""
+    key = segment_key(first, last)
+    table = decode_table(registry.storage.read(key), key)
+    kept = table.schema.metadata or {}
+    if rows is not None:
+        table = table.from_pylist(rows, schema=table.schema)
+    metadata = {**kept, COMMITS_KEY: "\n".join(record).encode()} if record is not None else kept
+    raw(registry).write(key, encode_table(table, metadata, compression="zstd"))
+
+
+def findings_of(url: str) -> list[tuple[str, int | None, int | None]]:
+    return [(f.kind, f.seq, f.version) for f in check_registry(Registry.open(url)).findings]
+
+
+def test_a_closed_segment_records_the_sha256_of_each_commit_file(store_url: str) -> None:
+    registry = build(store_url, commits=4)
+    for first, last in ((0, 1), (2, 3)):
+        assert recorded(registry, first, last) == [digest(registry.storage.read(commit_key(version)))
+                                                   for version in range(first, last + 1)]
+
+
+def test_doctor_decodes_only_the_last_commit_of_a_recorded_segment(store_url: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = build(store_url, commits=5)
+    decoded: list[str] = []
+
+    def counting(data: bytes, where: str) -> Any:
+        decoded.append(where)
+        return decode_table(data, where)
+
+    monkeypatch.setattr(log_module, "decode_table", counting)
+    assert check_registry(Registry.open(registry.url)).clean
+    assert sorted(where for where in decoded if where.startswith("log/")) == [
+        commit_key(1), commit_key(3), commit_key(4)]
+
+
+def test_a_commit_edited_under_a_recorded_segment_is_found(store_url: str, raw: Any) -> None:
+    """Attack: an entry inside a segment's commits edited with its hash kept; readers of the commits would read it."""
+    registry = build(store_url, commits=4)
+    rows = read_rows(registry, 2)
+    rows[0]["role"] = "grader-result"
+    write_rows(raw, registry, 2, rows)
+    assert findings_of(store_url) == [("entry-hash-mismatch", 2, None), ("segment-mismatch", None, 2)]
+
+
+def test_segment_rows_edited_under_a_kept_record_are_found_as_before(store_url: str, raw: Any) -> None:
+    """Attack: the segment's rows edited (hash kept) while its record of the commit files still matches them."""
+    registry = build(store_url, commits=4)
+    key = segment_key(2, 3)
+    rows = decode_table(registry.storage.read(key), key).to_pylist()
+    rows[0]["role"] = "grader-result"
+    rewrite_segment(raw, registry, 2, 3, rows=rows)
+    assert recorded(registry, 2, 3) == [digest(registry.storage.read(commit_key(v))) for v in (2, 3)]
+    assert findings_of(store_url) == [("segment-mismatch", None, 2)]
+
+
+def test_segment_rows_rehashed_under_a_kept_record_are_found(store_url: str, raw: Any) -> None:
+    """Attack: the segment's first entry edited and its hash recomputed, so only its link to the next breaks."""
+    registry = build(store_url, commits=4)
+    key = segment_key(2, 3)
+    rows = decode_table(registry.storage.read(key), key).to_pylist()
+    rows[0]["role"] = "grader-result"
+    rows[0]["entry_hash"] = entry_hash(rows[0])
+    rewrite_segment(raw, registry, 2, 3, rows=rows)
+    assert findings_of(store_url) == [("segment-mismatch", None, 2)]
+
+
+def test_a_forged_record_does_not_hide_a_commit_readers_read(store_url: str, raw: Any) -> None:
+    """Attack: a commit edited and the segment's record forged to match it, then an earlier segment removed so
+    that readers (who take segments only in a chain from commit 0) read that commit itself."""
+    registry = build(store_url, commits=4)
+    rows = read_rows(registry, 2)
+    rows[0]["size"] += 1
+    write_rows(raw, registry, 2, rows)
+    rewrite_segment(raw, registry, 2, 3, record=[digest(registry.storage.read(commit_key(v))) for v in (2, 3)])
+    raw(registry).delete(segment_key(0, 1))
+    assert ("entry-hash-mismatch", 2, None) in findings_of(store_url)
+
+
+def test_a_record_that_is_not_one_is_read_as_no_record(store_url: str, raw: Any) -> None:
+    """Attack: a segment's record replaced by bytes that name no commit; doctor decodes the commits instead."""
+    registry = build(store_url, commits=4)
+    rewrite_segment(raw, registry, 0, 1, record=["\xff not a digest"])
+    rows = read_rows(registry, 1)
+    rows[0]["size"] += 1
+    write_rows(raw, registry, 1, rows)
+    assert findings_of(store_url) == [("entry-hash-mismatch", 1, None), ("segment-mismatch", None, 0)]
