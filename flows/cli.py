@@ -113,14 +113,15 @@ def plan_freeze(
     spec: Annotated[Path, typer.Argument(help="experiment.toml to freeze.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write plan.json.")],
     registry: RegistryOption = None,
+    config: ConfigOption = None,
     as_json: JsonOption = False,
     allow_outside: Annotated[bool, typer.Option(
         "--allow-outside",
         help="Accept case repos, prompts and predictions files outside the experiment's folder (refused otherwise).",
     )] = False,
 ) -> None:
-    """Validate experiment.toml, pin its inputs in the registry, write plan.json."""
-    store = open_registry(registry)
+    """Validate experiment.toml, pin its inputs in the registry, write plan.json (signed, in a signed registry)."""
+    store = open_registry(registry, signing_config=config, signs=True)
     plan, data = freeze_experiment(spec, store, allow_outside=allow_outside)
     try:
         output.write_bytes(data)

@@ -67,11 +67,20 @@ class CalibrationSet(Strict):
 
     @model_validator(mode="after")
     def _unique_ids(self) -> CalibrationSet:
+        """Each item id, and each subject, once: one patch of one case (or one attempt) listed under fifty ids
+        would meet ``min_items = 50`` with one adjudicated judgement."""
         seen: set[str] = set()
+        subjects: dict[tuple[str | None, str | None, str | None], str] = {}
         for item in self.items:
             if item.item_id in seen:
                 raise ValueError(f"item_id {item.item_id!r} appears twice")
             seen.add(item.item_id)
+            subject = (item.case, item.patch, item.attempt)
+            if subject in subjects:
+                what = f"attempt {item.attempt}" if item.attempt is not None else f"case {item.case!r} with this patch"
+                raise ValueError(f"items {subjects[subject]!r} and {item.item_id!r} grade the same subject ({what}): "
+                                 "an item counts once")
+            subjects[subject] = item.item_id
         return self
 
     @property

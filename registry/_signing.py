@@ -38,10 +38,11 @@ KEY_ENV = "TRIBUNAL_SIGNING_KEY"
 SIGNING_KEY_ROLE = "signing-key"
 SIGNATURE_ROLE = "signature"
 SIGNED_ROLES = frozenset({
-    Role.GRADER_RECEIPT, Role.EVIDENCE_RECEIPT, Role.MUTATION_RECEIPT, Role.EXPERIMENT_RECORD, Role.REPORT,
+    Role.PLAN, Role.GRADER_RECEIPT, Role.EVIDENCE_RECEIPT, Role.MUTATION_RECEIPT, Role.EXPERIMENT_RECORD, Role.REPORT,
     Role.AUDIT_RECORD, Role.PUBLICATION, Role.CALIBRATION_RECORD, Role.VALIDATION_RECORD, Role.SERIES_RECORD,
 })
-"""The records a verdict or a published number rests on; anything else is bound through them."""
+"""The records a verdict or a published number rests on (a plan: what a report counts and names beside it);
+anything else is bound through them."""
 
 
 class SigningError(TribunalError):

@@ -47,7 +47,9 @@ def write_set(demo: dict[str, Any], name: str, leaky_label: str) -> Path:
          "stratum": "easy", "adjudicator": "ann"},
         {"item_id": "no-change", "case": fixer["case_id"], "patch": "", "label": "fail", "stratum": "easy",
          "adjudicator": "ann"},
-        {"item_id": "unsure", "case": fixer["case_id"], "patch": "", "label": "abstain", "stratum": "easy",
+        {"item_id": "unsure", "case": next(a["case_id"] for a in demo["report"]["attempts"]
+                                           if a["case_id"] != fixer["case_id"]),
+         "patch": "", "label": "abstain", "stratum": "easy",
          "adjudicator": "bob"},
     ]
     path = demo["dir"] / name
@@ -113,12 +115,13 @@ def test_a_judge_is_calibrated_through_its_adapter(demo: dict[str, Any]) -> None
                       f'path = "{judge}"\nsha256 = "{hashlib.sha256(judge.read_bytes()).hexdigest()}"\n'
                       '\n[judges.rules.gate]\nmin_items = 2\nmin_stratum_agreement = 1.0\n')
     case = demo["report"]["attempts"][0]["case_id"]
+    other_case = next(attempt["case_id"] for attempt in demo["report"]["attempts"] if attempt["case_id"] != case)
 
     def judge_set(name: str, safety_label: str) -> Path:
         items = [{"item_id": "changed", "case": case, "patch": "--- a/x\n+++ b/x\n", "label": "pass",
                   "stratum": "easy"},
                  {"item_id": "unchanged", "case": case, "patch": "", "label": "fail", "stratum": "easy"},
-                 {"item_id": "risky", "case": case, "patch": "", "label": safety_label, "stratum": "safety"}]
+                 {"item_id": "risky", "case": other_case, "patch": "", "label": safety_label, "stratum": "safety"}]
         path = demo["dir"] / name
         path.write_text("\n".join(json.dumps(line) for line in
                                   [{"provenance": PROVENANCE}, *({**i, "adjudicator": "ann"} for i in items)]))

@@ -301,15 +301,22 @@ def test_a_directory_planted_where_an_object_would_be_is_a_finding_not_a_traceba
 def test_a_plan_entry_that_is_not_a_plan_stops_report_and_series_with_a_message(
     signed: dict[str, Any], tmp_path: Path
 ) -> None:
-    """Attack (red team): a plan entry (plans are unsigned: anyone may freeze one) whose object is not a plan
-    crashed report and series with a validation traceback."""
-    store = copy_of(signed, tmp_path)
+    """Attack (red team): a plan entry whose object is not a plan crashed report and series with a validation
+    traceback. Appended without the key it is an unsigned plan; signed by a careless holder of the key, it is
+    named as not a plan."""
     body = b'{"not": "a plan"}'
-    store.append([NewEntry(txn="plan:forged", role=Role.PLAN.value, experiment_id="demo", digest=store.put(body),
-                           size=len(body))])
-    for refused in (report(signed, store), tribunal("series", "demo", "--registry", store.url, env=signed["env"])):
-        assert "Traceback" not in refused.stderr and refused.returncode != 0, refused.stderr[-2000:]
-        assert f"object {digest(body)} is not a valid Plan record" in refused.stderr
+    forged = copy_of(signed, tmp_path / "forger")
+    entry = NewEntry(txn="plan:forged", role=Role.PLAN.value, experiment_id="demo", digest=forged.put(body),
+                     size=len(body))
+    forged.manifest.append([entry])  # below the Registry API: no key
+    careless = copy_of(signed, tmp_path / "careless")
+    careless.put(body)
+    Registry.open(careless.url, key_file=str(signed["registry"].parent / "keys" / "signing.pem")).append([entry])
+    for store, message in ((forged, "plan (seq 117) carries no valid signature by a trusted key"),
+                           (careless, f"object {digest(body)} is not a valid Plan record")):
+        for refused in (report(signed, store), tribunal("series", "demo", "--registry", store.url, env=signed["env"])):
+            assert "Traceback" not in refused.stderr and refused.returncode != 0, refused.stderr[-2000:]
+            assert message in refused.stderr, refused.stderr
 
 
 def test_a_report_appended_without_the_key_cannot_be_compared(signed: dict[str, Any], tmp_path: Path) -> None:

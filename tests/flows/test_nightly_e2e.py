@@ -119,7 +119,8 @@ def series(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> dict[s
     Registry.open(registry).add_signing_key(Signer.load(str(key)))
     config.write_text(config.read_text() + f'\n[signing]\nkey_file = "{key}"\n' + RULE)
     where = ("--registry", registry, "--config", str(config))
-    found: dict[str, Any] = {"spec": spec, "config": config, "registry": registry, "env": env, "root": root}
+    found: dict[str, Any] = {"spec": spec, "config": config, "registry": registry, "env": env, "root": root,
+                             "key": key}
     found["night1"] = run_night(spec, registry, config, NIGHTS[0])
     found["night2"] = run_night(spec, registry, config, NIGHTS[1])
     found["before_rerun"] = roles(registry)
@@ -314,8 +315,9 @@ def test_a_forged_clean_night_is_refused(series: dict[str, Any]) -> None:
 
 
 def test_a_planted_night_without_its_record_is_never_the_baseline(series: dict[str, Any]) -> None:
-    """Attack (red team): without the key, plant a copy of night 1's plan under the date before tonight (plans
-    are unsigned); with no verdicts behind it, tonight compared every rate with nothing and hid a regression."""
+    """Attack (red team): without the key, plant a copy of night 1's plan under the date before tonight; with no
+    verdicts behind it, tonight compared every rate with nothing and hid a regression. Plans are signed now: the
+    planted one stops the night; signed by the owner but never run, it is still never the baseline."""
     from registry import NewEntry, Plan, plan_bytes
     from registry._plan import compute_plan_hash
 
@@ -325,9 +327,17 @@ def test_a_planted_night_without_its_record_is_never_the_baseline(series: dict[s
     first = store.load(store.entries(role="plan")[0].digest, Plan).model_copy(update={"label": "2026-12-04"})
     phantom = first.model_copy(update={"plan_hash": compute_plan_hash(first.model_dump(mode="json"))})
     body = plan_bytes(phantom)
-    store.append([NewEntry(txn=f"plan:{phantom.plan_hash}", role="plan", experiment_id=EXPERIMENT,
-                           digest=store.put(body), size=len(body))])
+    store.manifest.append([NewEntry(txn=f"plan:{phantom.plan_hash}", role="plan", experiment_id=EXPERIMENT,
+                                    digest=store.put(body), size=len(body))])  # below the Registry API: no key
     night = tribunal("nightly", str(series["spec"]), "--date", "2026-12-05", "--registry", str(copy), "--config",
+                     str(series["config"]), "--json", env=series["env"])
+    assert night.returncode == 1 and "carries no valid signature" in night.stderr, night.stderr
+    owned = series["root"] / "owned-reg"
+    shutil.copytree(series["registry"], owned)
+    owner = Registry.open(str(owned), key_file=str(series["key"]))
+    owner.append([NewEntry(txn=f"plan:{phantom.plan_hash}", role="plan", experiment_id=EXPERIMENT,
+                           digest=owner.put(body), size=len(body))])
+    night = tribunal("nightly", str(series["spec"]), "--date", "2026-12-05", "--registry", str(owned), "--config",
                      str(series["config"]), "--json", env=series["env"])
     assert night.returncode == 0, night.stderr
     assert json.loads(night.stdout)["record"]["comparison"]["previous_label"] == NIGHTS[2]

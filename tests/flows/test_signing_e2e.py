@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from registry import NewEntry, Registry, Role, Signer, canonical_json, write_private_key
+from registry import SIGNED_ROLES, NewEntry, Registry, Role, Signer, canonical_json, write_private_key
 from tasks.sealing import seal_receipt
 from tests.helpers import copy_demo, tribunal
 
@@ -32,7 +32,9 @@ def signed_demo(tmp_path: Path, env: dict[str, str]) -> tuple[str, Path, Path, s
     config = spec.parent / "tribunal.toml"
     config.write_text(config.read_text() + f'\n[signing]\nkey_file = "{key}"\n')
     plan = tmp_path / "plan.json"
-    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=env).returncode == 0
+    frozen = tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, "--config", str(config),
+                      env=env)
+    assert frozen.returncode == 0, frozen.stderr
     ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), "--json", env=env)
     assert ran.returncode == 0, ran.stderr
     return registry, plan, config, public
@@ -99,6 +101,28 @@ def test_a_forged_generation_without_the_private_key_is_a_finding(tmp_path: Path
     assert ("signature-missing", landed.seq) in {(f["kind"], f["seq"]) for f in found["findings"]}
 
 
+def test_a_plan_planted_without_the_private_key_is_a_finding_and_no_report_reads_it(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Attack: a forger freezes the experiment again under another admission rule, so the owner's report would
+    name a sibling plan the owner never froze; the CLI refuses it without the key, the package's bare append
+    leaves it unsigned."""
+    registry, plan, config, _ = signed_demo(tmp_path, cli_env)
+    spec = tmp_path / "exp" / "experiment.toml"
+    spec.write_text(spec.read_text().replace('admit = "all"', 'admit = "cleared"', 1))
+    refused = tribunal("plan", "freeze", str(spec), "-o", str(tmp_path / "other.json"), "--registry", registry,
+                       env=cli_env)
+    assert refused.returncode == 1 and "signs its records" in refused.stderr, refused.stderr
+    forger = Registry.open(registry)
+    data = forger.get(forger.entries(role=Role.PLAN)[0].digest).replace(b'"admit":"all"', b'"admit":"cleared"')
+    forger.manifest.append([NewEntry(txn="plan:planted", role=Role.PLAN, experiment_id="demo",
+                                     digest=forger.put(data), size=len(data))])
+    code, body = doctor(registry, cli_env)
+    assert code == 1 and [finding["kind"] for finding in body["findings"]] == ["signature-missing"], body
+    report = tribunal("report", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env)
+    assert report.returncode == 1 and "run `tribunal doctor`" in report.stderr, report.stderr
+
+
 def test_a_key_of_the_forgers_own_signs_nothing_a_stranger_trusts(tmp_path: Path, cli_env: dict[str, str]) -> None:
     """Attack: record a second key without an endorsement and sign a forged receipt with it."""
     registry, _, _, public = signed_demo(tmp_path, cli_env)
@@ -130,8 +154,7 @@ def test_trusting_the_wrong_key_fails_every_signature(tmp_path: Path, cli_env: d
 
     code, found = doctor(registry, cli_env, "--trust", base64.b64encode(stranger.public_key).decode())
     store = Registry.open(registry)
-    signed = [e for e in store.entries() if e.role in {r.value for r in (
-        Role.GRADER_RECEIPT, Role.EVIDENCE_RECEIPT, Role.EXPERIMENT_RECORD, Role.REPORT, Role.MUTATION_RECEIPT)}]
+    signed = [e for e in store.entries() if e.role in SIGNED_ROLES]
     missing = {f["seq"] for f in found["findings"] if f["kind"] == "signature-missing"}
     assert code == 1 and missing == {e.seq for e in signed} and signed
 
@@ -163,7 +186,8 @@ def test_a_signing_key_a_candidate_could_read_is_refused_before_anything_runs(
     config = spec.parent / "tribunal.toml"
     config.write_text(config.read_text() + f'\n[signing]\nkey_file = "{key}"\n')
     plan = tmp_path / "plan.json"
-    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, "--config", str(config),
+                    env=cli_env).returncode == 0
     ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), env=cli_env)
     assert ran.returncode == 1 and "inside a path a candidate can read" in " ".join(ran.stderr.split())
     assert not Registry.open(registry).entries(role=Role.TRANSCRIPT.value)
@@ -241,7 +265,8 @@ def test_pre_appended_grading_txns_cannot_replace_tribunals_grading(tmp_path: Pa
     config = spec.parent / "tribunal.toml"
     config.write_text(config.read_text() + f'\n[signing]\nkey_file = "{key}"\n')
     plan = tmp_path / "plan.json"
-    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, env=cli_env).returncode == 0
+    assert tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, "--config", str(config),
+                    env=cli_env).returncode == 0
     from registry import load_plan
 
     frozen = load_plan(plan)

@@ -104,3 +104,18 @@ def test_jsonl_sets_parse_with_provenance_and_report_the_line_of_a_bad_item() ->
                        "adjudicator": "c"})
     with pytest.raises(SpecError, match="either an attempt id, or a case id and a patch"):
         parse_calibration_set("\n".join([lines[0], both]), "cal.jsonl")
+
+
+@pytest.mark.parametrize("subject", [{"case": "off-by-one", "patch": "diff"}, {"attempt": "sha256:" + "1" * 64}])
+def test_one_subject_under_many_item_ids_is_refused(subject: dict[str, str]) -> None:
+    """Attack: one adjudicated patch (or attempt) listed under fifty item ids, so ``min_items = 50`` is met by
+    one judgement of one subject."""
+    lines = [json.dumps({"provenance": PROVENANCE})] + [
+        json.dumps({"item_id": f"copy-{n}", **subject, "label": "pass", "stratum": "easy", "adjudicator": "ann"})
+        for n in range(50)]
+    with pytest.raises(SpecError, match="'copy-0' and 'copy-1' grade the same subject") as refused:
+        parse_calibration_set("\n".join(lines), "cal.jsonl")
+    assert "cal.jsonl" in str(refused.value)
+    other_case = json.dumps({"item_id": "other", "case": "slugify", "patch": "diff", "label": "pass", "stratum": "easy",
+                             "adjudicator": "ann"})
+    assert len(parse_calibration_set("\n".join([*lines[:2], other_case]), "cal.jsonl").items) == 2
