@@ -16,9 +16,9 @@ from registry._storage import Storage
 LOG_DIR = "log"
 SEGMENTS_DIR = "segments"
 BUCKET_COMMITS = 1000
-COMMIT_NAME = re.compile(r"(\d{20})\.parquet")
-BUCKET_NAME = re.compile(r"\d{8}")
-SEGMENT_NAME = re.compile(r"(\d{20})-(\d{20})\.parquet")
+COMMIT_NAME = re.compile(r"([0-9]{20})\.parquet")
+BUCKET_NAME = re.compile(r"[0-9]{8}")
+SEGMENT_NAME = re.compile(r"([0-9]{20})-([0-9]{20})\.parquet")
 
 
 def commit_key(version: int) -> str:
@@ -76,10 +76,13 @@ def list_segments(storage: Storage) -> list[tuple[int, int]]:
 def segment_chain(ranges: list[tuple[int, int]], first: int = 0) -> list[tuple[int, int]]:
     """The segments a reader takes from commit ``first`` on: each starts where the last ended, the longest of
     those that do; the commits after the chain are read themselves."""
+    longest: dict[int, int] = {}
+    for start, last in ranges:
+        longest[start] = max(last, longest.get(start, last))
     chain: list[tuple[int, int]] = []
-    while covering := [last for start, last in ranges if start == first]:
-        chain.append((first, max(covering)))
-        first = max(covering) + 1
+    while first in longest:
+        chain.append((first, longest[first]))
+        first = longest[first] + 1
     return chain
 
 

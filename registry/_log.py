@@ -178,9 +178,26 @@ def _through_segment(storage: Storage, versions: list[int], span: Range) -> pa.T
     except ManifestCorrupt:
         return None
     table = segment.replace_schema_metadata(None)
-    if check_segment(table, first, last, last_commit) or inner_links(table) != ([], []) or check_entry_hashes(table):
+    if (check_segment(table, first, last, last_commit) or not _grouped_by_time(table)
+            or inner_links(table) != ([], []) or check_entry_hashes(table)):
         return None
     return table
+
+
+def _grouped_by_time(table: pa.Table) -> bool:
+    """Whether the segment's entries change commit exactly where their write time changes.
+
+    ``commit`` is not in the entry hash, so re-hashing cannot show entries
+    moved between the commits inside a segment; ``time`` is, and each append
+    stamps all of its entries with one time of its own. Two appends stamped
+    alike (rare) only send the segment to be compared by decoding.
+    """
+    commits, times = table.column("commit").combine_chunks(), table.column("time").combine_chunks()
+    if len(commits) < 2:
+        return True
+    moves = pc.not_equal(commits.slice(1), commits.slice(0, len(commits) - 1))
+    ticks = pc.not_equal(times.slice(1), times.slice(0, len(times) - 1))
+    return bool(pc.all(pc.equal(moves, ticks)).as_py())
 
 
 def compact(table: pa.Table) -> pa.Table:
@@ -206,6 +223,8 @@ def check_segment_file(storage: Storage, log: RawLog, span: Range) -> Finding | 
         stored = decode_table(storage.read(key), key).replace_schema_metadata(None)
     except ManifestCorrupt as error:
         return Finding(kind="segment-unreadable", version=first, message=str(error))
+    except OSError as error:  # listed, then not a readable file (a directory, a dangling link, gone)
+        return Finding(kind="segment-unreadable", version=first, message=f"{key} cannot be read ({error})")
     if files != last - first + 1 or not stored.equals(expected):
         return Finding(kind="segment-mismatch", version=first,
                        message=f"segment of commits {first}..{last} differs from those commits")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import uuid
 from pathlib import Path
 from typing import Protocol
@@ -88,25 +89,33 @@ class LocalStorage:
 
     def read(self, key: str) -> bytes:
         """Read with bare file descriptors: doctor reads every object and commit, and a ``Path`` per read
-        cost it several times what the read itself does."""
-        handle = os.open(f"{self.url}/{key}", os.O_RDONLY)
+        cost it several times what the read itself does.
+
+        Only a regular file holds stored bytes: a FIFO planted under a file's
+        name would block every reader forever, a directory holds nothing. The
+        open does not wait (``O_NONBLOCK``), and anything else reads as absent.
+        """
+        handle = os.open(f"{self.url}/{key}", os.O_RDONLY | os.O_NONBLOCK)
         try:
-            chunks = [os.read(handle, os.fstat(handle).st_size or READ_CHUNK)]  # one buffer, however large
+            status = os.fstat(handle)
+            if not stat.S_ISREG(status.st_mode):
+                raise FileNotFoundError(f"{key} is not a regular file, not a stored one")
+            chunks = [os.read(handle, status.st_size or READ_CHUNK)]  # one buffer, however large
             while chunk := os.read(handle, READ_CHUNK):
                 chunks.append(chunk)
-        except IsADirectoryError:  # a directory planted under a file's name holds no stored bytes
-            raise FileNotFoundError(f"{key} is a directory, not a stored file") from None
         finally:
             os.close(handle)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def sha256(self, key: str) -> str | None:
         try:
-            handle = os.open(f"{self.url}/{key}", os.O_RDONLY)
+            handle = os.open(f"{self.url}/{key}", os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
         hashed = hashlib.sha256()
         try:
+            if not stat.S_ISREG(os.fstat(handle).st_mode):
+                return None
             while chunk := os.read(handle, READ_CHUNK):
                 hashed.update(chunk)
         finally:

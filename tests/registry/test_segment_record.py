@@ -11,15 +11,20 @@ find what it found when it decoded every commit.
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 import registry._log as log_module
 import registry._manifest as manifest_module
-from registry import Registry, check_registry, digest
+from registry import ManifestCorrupt, NewEntry, Registry, check_registry, digest
 from registry._entry import entry_hash
 from registry._manifest import COMMITS_KEY, commit_key, decode_table, encode_table, segment_key
+from registry._storage import LocalStorage
 from tests.registry.test_doctor import build, read_rows, write_rows
 
 
@@ -124,3 +129,74 @@ def test_a_record_that_is_not_one_is_read_as_no_record(store_url: str, raw: Any)
     rows[0]["size"] += 1
     write_rows(raw, registry, 1, rows)
     assert findings_of(store_url) == [("entry-hash-mismatch", 1, None), ("segment-mismatch", None, 0)]
+
+
+def test_entries_moved_between_commits_inside_a_segment_are_found(store_url: str, raw: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attack (red team): in a segment, an entry moved from commit 0 into commit 1 (``commit`` is not hashed;
+    the record of the commit files still matches them); readers would read the changed grouping."""
+    monkeypatch.setattr(manifest_module, "SEGMENT_COMMITS", 3)
+    monkeypatch.setattr(log_module, "PIECE_COMMITS", 3)
+    registry = Registry.open(store_url)
+    for i in range(3):
+        data = f"evidence {i}".encode()
+        registry.append([NewEntry(txn=f"t{i}{half}", role="transcript", experiment_id="exp",
+                                  digest=registry.put(data), size=len(data)) for half in "ab"])
+    key = segment_key(0, 2)
+    rows = decode_table(registry.storage.read(key), key).to_pylist()
+    rows[1]["commit"] = 1
+    rewrite_segment(raw, registry, 0, 2, rows=rows)
+    assert findings_of(store_url) == [("segment-mismatch", None, 0)]
+
+
+@contextmanager
+def within(seconds: int) -> Iterator[None]:
+    """Fail the test, instead of hanging the suite, when what it runs blocks (an open of a FIFO does)."""
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"still blocked after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_directory_or_fifo_named_as_a_segment_is_a_finding_not_a_traceback_or_a_hang(
+        store_url: str, raw: Any) -> None:
+    """Attack (red team): a directory, then a FIFO, put where segment 0..1 was; doctor raised a traceback on the
+    first and blocked forever opening the second."""
+    registry = build(store_url, commits=4)
+    if not isinstance(registry.storage, LocalStorage):
+        pytest.skip("an object store has no directories or FIFOs under a key")
+    path = f"{registry.storage.url}/{segment_key(0, 1)}"
+    raw(registry).delete(segment_key(0, 1))
+    os.mkdir(path)
+    assert findings_of(store_url) == [("segment-unreadable", None, 0)]
+    os.rmdir(path)
+    os.mkfifo(path)
+    with within(60):
+        assert findings_of(store_url) == [("segment-unreadable", None, 0)]
+        with pytest.raises(ManifestCorrupt, match="cannot be read"):
+            Registry.open(store_url).table()
+
+
+def test_a_fifo_named_as_the_next_commit_stops_readers_and_doctor_with_a_finding(store_url: str) -> None:
+    registry = build(store_url, commits=4)
+    if not isinstance(registry.storage, LocalStorage):
+        pytest.skip("an object store has no FIFOs under a key")
+    os.mkfifo(f"{registry.storage.url}/{commit_key(4)}")
+    with within(60):
+        assert ("commit-unreadable", None, 4) in findings_of(store_url)
+        with pytest.raises(ManifestCorrupt, match="commit 4"):
+            Registry.open(store_url).table()
+
+
+def test_a_name_in_other_digits_is_a_stray_file(store_url: str, raw: Any) -> None:
+    """Attack (red team): a segment named in Arabic-Indic digits (which ``int`` reads as a number) was taken for a
+    segment readers then looked for under its ASCII name: never read, never named."""
+    registry = build(store_url, commits=2)
+    raw(registry).write("segments/" + "\u0660" * 20 + "-" + "\u0660" * 19 + "\u0661.parquet", b"x")
+    assert [kind for kind, _, _ in findings_of(store_url)] == ["stray-file"]
