@@ -17,7 +17,6 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict
 
 from flows.artifacts import artifact_key
-from flows.opening import ensure_private
 from flows.requests import CalibrateRequest, run_namer
 from registry import (
     CalibrationRecord,
@@ -32,7 +31,7 @@ from registry import (
     tune_allocators,
 )
 from tasks.calibration import Subject, grade_subject, judge_subject, seal_calibration, subjects
-from tasks.execution.sandbox import ensure_backend
+from tasks.execution.sandbox import ensure_backend, ensure_private
 from tasks.execution.workbench import Workbench, workbench
 from tasks.grading import grader_sandbox
 from tasks.judges import judge_sandbox
@@ -86,7 +85,7 @@ def calibrate(request: CalibrateRequest) -> CalibrationSummary:
     kind, name = request.subject
     programs = [judge_sandbox(config.sandbox)] if kind == "judge" else [
         grader_sandbox(config, profile_name, profile) for profile_name, profile in config.grader_profiles.items()]
-    ensure_private(registry, programs)
+    ensure_private(programs, registry.key_file, registry.local_root)
     plan = load_plan(Path(request.plan_path)) if request.plan_path else None
     made = subjects(registry, calibration_set, plan, request.profile or "")
     with workbench(request.concurrency, prefix="tribunal-calibrate-") as bench, \

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from flows.requests import Target
 from registry import Config, Plan, Registry, find_config, load_config, load_plan, tune_allocators
-from tasks.execution.sandbox import Sandbox, ensure_backend, ensure_hidden
+from tasks.execution.sandbox import Sandbox, ensure_backend, ensure_private
 from tasks.grading import grader_sandbox
 
 
@@ -36,15 +36,8 @@ def open_target(target: Target, programs: Callable[[Config, Plan], list[Sandbox]
     config = load_config(find_config(target.config_path))
     ensure_backend(config.sandbox)
     registry = Registry.open_signing(target.registry_url, config)
-    ensure_private(registry, programs(config, plan))
+    ensure_private(programs(config, plan), registry.key_file, registry.local_root)
     return Opened(plan, config, registry)
-
-
-def ensure_private(registry: Registry, sandboxes: list[Sandbox]) -> None:
-    """Refuse to run a program that could read the signing key, or a local registry: its scoring secret keys
-    the ids graders see, and its records say whose work is whose."""
-    ensure_hidden(registry.signer.path if registry.signer else None, sandboxes)
-    ensure_hidden(registry.local_root, [sandbox for sandbox in sandboxes if sandbox.isolated], what="the registry")
 
 
 def graders(config: Config, plan: Plan) -> list[Sandbox]:

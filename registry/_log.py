@@ -36,7 +36,7 @@ from registry._chain import (
 from registry._entry import ENTRY_SCHEMA
 from registry._errors import ManifestCorrupt
 from registry._layout import LOG_DIR, commit_key, commit_version, list_segments, segment_chain, segment_key
-from registry._manifest import COMMITS_KEY, READ_BATCH, SEGMENT_COMMITS, decode_table
+from registry._manifest import COMMITS_KEY, READ_BATCH, SEGMENT_COMMITS, decode_table, read_commits
 from registry._storage import Storage
 from registry._workers import Workers
 
@@ -167,15 +167,13 @@ def _through_segment(storage: Storage, versions: list[int], span: Range) -> pa.T
     if len(record) != last - first + 1:
         return None
     ending = b""
-    for start in range(0, len(record), READ_BATCH):
-        keys = [commit_key(version) for version in range(first + start, min(last, first + start + READ_BATCH - 1) + 1)]
-        for expected, data in zip(record[start : start + READ_BATCH], storage.read_many(keys), strict=True):
-            if data is None or digest(data) != expected:
+    try:
+        for (_, data), expected in zip(read_commits(storage, list(range(first, last + 1))), record, strict=True):
+            if digest(data) != expected:
                 return None
             ending = data
-    try:
         last_commit = decode_table(ending, commit_key(last))
-    except ManifestCorrupt:
+    except ManifestCorrupt:  # a commit file vanished, or the last one does not decode
         return None
     table = segment.replace_schema_metadata(None)
     if (check_segment(table, first, last, last_commit) or not _grouped_by_time(table)

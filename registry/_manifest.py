@@ -425,10 +425,9 @@ class Manifest:
         table = self._view()
         commits = table.column("commit")
         mask = pc.and_(pc.greater_equal(commits, first), pc.less_equal(commits, last))
-        files = [self._files.get(version) for version in range(first, last + 1)]
-        record = "\n".join(file for file in files if file is not None) if None not in files else ""
-        data = encode_table(table.filter(mask), {COMMITS_KEY: record.encode()} if record else None,
-                            compression="zstd")
+        files = [self._files[version] for version in range(first, last + 1) if version in self._files]
+        record = {COMMITS_KEY: "\n".join(files).encode()} if len(files) == last - first + 1 else None
+        data = encode_table(table.filter(mask), record, compression="zstd")
         return int(self.storage.put_if_absent(segment_key(first, last), data))
 
     def holds_role(self, role: str) -> bool:

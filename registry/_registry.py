@@ -73,7 +73,7 @@ class Registry:
         writers in many processes on one linear chain. The signing key travels
         as its file's path, never as key bytes.
         """
-        return Registry, (self.storage, None, self.signer.path if self.signer else None)
+        return Registry, (self.storage, None, self.key_file)
 
     @classmethod
     def open(
@@ -96,6 +96,11 @@ class Registry:
     @property
     def url(self) -> str:
         return self.storage.url
+
+    @property
+    def key_file(self) -> str | None:
+        """The private key file this registry object signs with (None: it signs nothing)."""
+        return self.signer.path if self.signer else None
 
     @property
     def local_root(self) -> str | None:

@@ -34,7 +34,7 @@ from registry import (
     digest,
     resolve_key_file,
 )
-from tasks.execution.sandbox import Sandbox, SandboxUnavailable, ensure_hidden
+from tasks.execution.sandbox import Sandbox, SandboxUnavailable, ensure_private
 from tasks.execution.workbench import Workbench, workbench
 from tasks.grading import run_grader
 
@@ -97,20 +97,6 @@ def _grader_bytes(registry: Registry, sha256: str, profile: GraderProfile) -> by
     return data if digest(data) == f"sha256:{sha256}" else None
 
 
-def _exposure(registry: Registry, config: Config, sandbox: Sandbox) -> str | None:
-    """Why the grader may not run in a recorded sandbox: it could read the signing key or the registry.
-
-    A run refuses such walls before anything starts (``flows.opening``); a
-    profile recorded before that rule, or forged, must not open them on replay.
-    """
-    try:
-        ensure_hidden(resolve_key_file(config.signing.key_file), [sandbox])
-        ensure_hidden(registry.local_root, [sandbox] if sandbox.isolated else [], what="the registry")
-    except SandboxUnavailable as error:
-        return str(error)
-    return None
-
-
 def _replay_one(registry: Registry, config: Config, entry: ManifestEntry, bench: Workbench,
                 summary: ReplaySummary) -> None:
     where = f"attempt {entry.attempt_id} generation {entry.generation or 1}"
@@ -132,9 +118,10 @@ def _replay_one(registry: Registry, config: Config, entry: ManifestEntry, bench:
                                    "config's file")
         return
     sandbox = Sandbox.from_profile(recorded)
-    exposed = _exposure(registry, config, sandbox)
-    if exposed is not None:
-        summary.unavailable.append(f"{where}: not run again, {exposed}")
+    try:  # a run refuses such walls before it starts; a profile recorded before that rule, or forged, may not
+        ensure_private([sandbox], resolve_key_file(config.signing.key_file), registry.local_root)
+    except SandboxUnavailable as error:
+        summary.unavailable.append(f"{where}: not run again, {error}")
         return
     summary.profile_drift += sandbox.profile_digest != receipt.sandbox_profile
     with tempfile.TemporaryDirectory(dir=bench.scratch) as folder:

@@ -222,6 +222,13 @@ def ensure_hidden(path: str | None, sandboxes: list[Sandbox], what: str = "the s
                                      f"({sandbox.exposure.hint}): keep it outside every sandboxed path")
 
 
+def ensure_private(sandboxes: list[Sandbox], key_file: str | None, registry_root: str | None) -> None:
+    """Refuse to run a program that could read the signing key, or (from an isolated sandbox) a local registry:
+    its scoring secret keys the ids graders see, and its records say whose work is whose."""
+    ensure_hidden(key_file, sandboxes)
+    ensure_hidden(registry_root, [sandbox for sandbox in sandboxes if sandbox.isolated], what="the registry")
+
+
 def ensure_backend(settings: SandboxConfig) -> None:
     """Fail fast, before any attempt starts, if the configured backend cannot run."""
     if settings.backend == "bwrap":
