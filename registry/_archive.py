@@ -1,4 +1,4 @@
-"""Deterministic archives of case repositories.
+"""Deterministic archives of case repositories, and unpacking one that may come from someone else.
 
 The snapshot digest must depend on the tree alone, so the same tree gives the
 same bytes whatever the mtimes, owners or directory listing order: a plain
@@ -7,6 +7,9 @@ names, and modes normalized to 0644/0755 (directories 0755). ``.git`` is
 excluded at any depth. Symlinks are stored as links, with their target text
 as written, and never followed, so a link cannot pull files from outside the
 repository into the store. Anything else (sockets, devices, FIFOs) is refused.
+
+A snapshot read from a registry is input from whoever wrote that registry
+(SPEC §17): ``unpack_archive`` checks every member before it writes one.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import stat
 import tarfile
 from pathlib import Path
 
-from registry._errors import SpecError
+from registry._bounds import Bounds
+from registry._errors import RegistryError, SpecError
 
 EXCLUDED_NAMES = frozenset({".git"})
 
@@ -65,3 +69,126 @@ def archive_tree(root: Path, excluded: frozenset[str] = EXCLUDED_NAMES) -> bytes
             info, data = _entry(root, path)
             archive.addfile(info, io.BytesIO(data) if data is not None else None)
     return buffer.getvalue()
+
+
+class UnsafeArchive(RegistryError):
+    """A snapshot holds a member tribunal will not write (a link out, a device, a duplicate, a bomb)."""
+
+
+PLAIN_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE)
+SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
+LINK_HOPS = 40
+"""Symlinks followed while resolving one path, as the kernel's own limit (ELOOP)."""
+
+
+def unpack_archive(data: bytes, destination: Path, bounds: Bounds) -> None:
+    """Write a snapshot's files into ``destination``, a fresh empty directory, after checking every member.
+
+    Only regular files, directories and symlinks that resolve inside the
+    tree are written; a hard link, a device, a FIFO, a sparse or setuid
+    member, a name that leaves the tree, passes through a symlink or comes
+    twice, and an archive over ``bounds`` are refused (UnsafeArchive naming
+    the member) before anything is written, so no member can be written
+    through another. Symlinks are made last. The caller checks the digest of
+    ``data`` first (``Registry.get`` does).
+    """
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+            members = _checked(archive, bounds)
+            for member in members:
+                target = destination.joinpath(*_parts(member.name))
+                target.parent.mkdir(parents=True, exist_ok=True)  # no parent is a symlink (checked)
+                if member.isdir():
+                    target.mkdir(mode=0o755, exist_ok=True)
+                elif member.type in PLAIN_TYPES:
+                    source = archive.extractfile(member)
+                    assert source is not None  # a regular member always has a body
+                    with open(target, "xb") as sink:
+                        sink.write(source.read())
+                    target.chmod(0o755 if member.mode & stat.S_IXUSR else 0o644)
+            for member in members:
+                if member.issym():
+                    os.symlink(member.linkname, destination.joinpath(*_parts(member.name)))
+    except (tarfile.TarError, EOFError) as error:
+        raise UnsafeArchive(f"the snapshot is not a readable tar archive ({error})") from None
+    except OSError as error:  # e.g. a file member below another file member
+        raise UnsafeArchive(f"the snapshot cannot be unpacked: {error.strerror} ({error.filename})") from None
+
+
+def _checked(archive: tarfile.TarFile, bounds: Bounds) -> list[tarfile.TarInfo]:
+    """Every member, in an order that makes parents first; UnsafeArchive at the first one refused."""
+    members: list[tarfile.TarInfo] = []
+    names: set[str] = set()
+    links: dict[str, str] = {}
+    total = 0
+    for member in archive:
+        if len(members) >= bounds.archive_members:
+            raise UnsafeArchive(f"the snapshot holds over {bounds.archive_members} members "
+                                f"({bounds.env_hint('archive_members')})")
+        name = "/".join(_parts(member.name))
+        if not (member.isdir() or member.issym() or member.type in PLAIN_TYPES) or member.sparse is not None:
+            raise UnsafeArchive(f"snapshot member {member.name!r} is {_kind(member)}: only regular files, "
+                                "directories and symlinks are unpacked")
+        if member.mode & SPECIAL_BITS:
+            raise UnsafeArchive(f"snapshot member {member.name!r} has a setuid, setgid or sticky bit")
+        if name in names:
+            raise UnsafeArchive(f"snapshot member {member.name!r} comes twice")
+        total += member.size
+        if total > bounds.object_bytes:
+            raise UnsafeArchive(f"the snapshot's files hold over {bounds.object_bytes} bytes "
+                                f"({bounds.env_hint('object_bytes')})")
+        names.add(name)
+        members.append(member)
+        if member.issym():
+            links[name] = member.linkname
+    for member in members:
+        name = "/".join(_parts(member.name))
+        parent = name.rsplit("/", 1)[0] if "/" in name else ""
+        if _resolved(parent, links) != (parent.split("/") if parent else []):
+            raise UnsafeArchive(f"snapshot member {member.name!r} lies below a symlink")
+        if member.issym() and _resolved(name, links) is None:
+            raise UnsafeArchive(f"snapshot member {member.name!r} is a symlink to {member.linkname!r}, "
+                                "outside the snapshot (or in a loop)")
+    return sorted(members, key=lambda member: len(_parts(member.name)))
+
+
+def _parts(name: str) -> list[str]:
+    """A member's path as its components: relative, without ``.``; UnsafeArchive if absolute, empty or ``..``."""
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if name.startswith("/") or not parts or ".." in parts or "\0" in name:
+        raise UnsafeArchive(f"snapshot member {name!r} does not name a path inside the snapshot")
+    return parts
+
+
+def _resolved(path: str, links: dict[str, str]) -> list[str] | None:
+    """``path`` with the archive's own symlinks followed, as components under the root; None if it leaves it."""
+    resolved: list[str] = []
+    pending = [part for part in path.split("/") if part]
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if not resolved:
+                return None
+            resolved.pop()
+            continue
+        resolved.append(part)
+        target = links.get("/".join(resolved))
+        if target is not None:
+            hops += 1
+            if hops > LINK_HOPS or target.startswith("/"):
+                return None
+            resolved.pop()
+            pending = [piece for piece in target.split("/") if piece] + pending
+    return resolved
+
+
+def _kind(member: tarfile.TarInfo) -> str:
+    if member.islnk():
+        return f"a hard link to {member.linkname!r}"
+    if member.sparse is not None or member.type == tarfile.GNUTYPE_SPARSE:
+        return "a sparse file"
+    return {tarfile.CHRTYPE: "a character device", tarfile.BLKTYPE: "a block device",
+            tarfile.FIFOTYPE: "a FIFO"}.get(member.type, f"of tar type {member.type!r}")

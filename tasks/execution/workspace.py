@@ -1,7 +1,8 @@
 """Fresh workspaces: a case snapshot as a git checkout, the patch a run left, applying it (SPEC §11).
 
-Each case snapshot is unpacked and committed once per workbench into a
-template whose ``.git`` is packed down to a handful of files. Templates live
+Each case snapshot (its digest checked as it is read, every member checked
+before one is written: ``registry/_archive.unpack_archive``) is unpacked and
+committed once per workbench into a template whose ``.git`` is packed down to a handful of files. Templates live
 in tribunal's scratch, which no sandbox can see; every attempt gets a private
 copy, re-verified against the snapshot digest, so nothing a candidate does
 reaches a template, a later attempt or a grader's workspace.
@@ -21,19 +22,18 @@ Its size is checked before git reads anything (``patch_max_bytes``).
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import stat
 import subprocess
-import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from registry import RegistryError
-from registry._archive import archive_tree
+from registry._archive import UnsafeArchive, archive_tree, unpack_archive
+from registry._bounds import reader_bounds
 from registry._canonical import digest
 from tasks.execution.workbench import Workbench
 
@@ -154,8 +154,11 @@ def _template(snapshot_digest: str, snapshot: Snapshot, bench: Workbench) -> Pat
         if cached is not None:
             return cached
         template = Path(tempfile.mkdtemp(prefix="tribunal-case-", dir=bench.scratch))
-        with tarfile.open(fileobj=io.BytesIO(snapshot())) as archive:
-            archive.extractall(template, filter="tar")
+        try:
+            unpack_archive(snapshot(), template, reader_bounds())
+        except UnsafeArchive as error:
+            shutil.rmtree(template)
+            raise WorkspaceError(f"case snapshot {snapshot_digest} is refused: {error}") from None
         git(["init", "-q", "--template="], template)
         git(["add", "-A"], template)
         git(["commit", "-q", "--allow-empty", "-m", "snapshot"], template)
