@@ -8,6 +8,7 @@ change, and the refusal names the member.
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from pathlib import Path
 
@@ -36,9 +37,9 @@ def tar(*members: Member) -> bytes:
     return buffer.getvalue()
 
 
-def unpack(data: bytes, destination: Path, bounds: Bounds = Bounds()) -> None:
+def unpack(data: bytes, destination: Path, bounds: Bounds | None = None) -> None:
     destination.mkdir()
-    unpack_archive(data, destination, bounds)
+    unpack_archive(data, destination, bounds or Bounds())
 
 
 @pytest.fixture
@@ -81,7 +82,7 @@ def test_a_member_that_could_write_outside_or_plant_a_special_file_is_refused_be
     """Attack: links out of the tree (directly, through a chain, below a symlink), escaping names, devices,
     FIFOs, setuid files, names given twice: each refused, and nothing at all is written."""
     data = tar(member("first.txt", data=b"written first?\n"), *members)
-    with pytest.raises(UnsafeArchive, match=named.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UnsafeArchive, match=re.escape(named)):
         unpack(data, tmp_path / "out")
     assert victim.read_text() == "original\n"
     assert list((tmp_path / "out").iterdir()) == []
@@ -90,10 +91,10 @@ def test_a_member_that_could_write_outside_or_plant_a_special_file_is_refused_be
 def test_an_archive_over_its_member_or_byte_cap_is_refused(tmp_path: Path) -> None:
     """Attack: a tar of many empty members (or of more bytes than a reader holds) exhausts the reader."""
     many = tar(*(member(f"f{n}") for n in range(11)))
-    with pytest.raises(UnsafeArchive, match="over 10 members.*TRIBUNAL_MAX_ARCHIVE_MEMBERS"):
+    with pytest.raises(UnsafeArchive, match=r"over 10 members.*TRIBUNAL_MAX_ARCHIVE_MEMBERS"):
         unpack(many, tmp_path / "a", Bounds(archive_members=10))
     big = tar(member("a", data=b"x" * 600), member("b", data=b"x" * 600))
-    with pytest.raises(UnsafeArchive, match="over 1000 bytes.*TRIBUNAL_MAX_OBJECT_MB"):
+    with pytest.raises(UnsafeArchive, match=r"over 1000 bytes.*TRIBUNAL_MAX_OBJECT_MB"):
         unpack(big, tmp_path / "b", Bounds(object_bytes=1000))
 
 
