@@ -26,6 +26,7 @@ from flows.cli_options import (
     RegistryOption,
     open_registry,
     print_json,
+    replay_count,
 )
 from flows.console import (
     err,
@@ -156,10 +157,13 @@ def doctor(
         list[str] | None, typer.Option("--trust", help="Verify signatures against this public key (base64, PEM, "
                                        "or a file holding one; repeatable) instead of the registry's own anchor.")
     ] = None,
-    replay: Annotated[str | None, typer.Option("--replay", help="Run the pinned graders again on N retained "
-                                               "inputs (chosen at random, seeded by the head) or 'all'.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="tribunal.toml naming the grader files and "
-                                                "their `deterministic` setting, for --replay.")] = None,
+    replay: Annotated[str | None, typer.Option("--replay", help="Run YOUR pinned graders (--config) again, in "
+                                               "your sandbox, on N retained inputs (chosen at random, seeded by "
+                                               "the head) or 'all'; the registry's own grader bytes and sandbox "
+                                               "profiles are compared, never run.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Your tribunal.toml: the grader files and sha256 "
+                                                "you trust, their `deterministic` setting and your [sandbox], for "
+                                                "--replay.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Verify the manifest chain, objects, segments, signatures and grader receipts, re-derive every verdict,
@@ -182,14 +186,13 @@ def doctor(
             replayed = replay_verdicts(store, replay_config, count)
         report = report.model_copy(update={"findings": report.findings + replayed.findings})
     if as_json:
-        extra = {} if replayed is None else {"replay": {"chosen": replayed.chosen, "replayed": replayed.replayed,
-                                                        "reproduced": replayed.reproduced,
-                                                        "unavailable": replayed.unavailable,
-                                                        "profile_drift": replayed.profile_drift}}
+        extra = {} if replayed is None else {"replay": replayed.as_json()}
         print_json({**report.model_dump(mode="json"), "clean": report.clean, **extra})
     else:
         if replayed is not None:
-            out.print(escape(replayed.line()))
+            out.print(escape(replayed.line()), highlight=False)
+            for line in replayed.details():
+                out.print(f"  {escape(line)}", highlight=False)
         render_doctor(report)
         if keys and not pins:
             out.print("[yellow]not pinned[/]: signatures cannot show that nothing was cut from the end of the log "
@@ -197,15 +200,6 @@ def doctor(
                       "published with --pin")
     if not report.clean:
         raise typer.Exit(1)
-
-
-def replay_count(option: str | None) -> int | None:
-    """``--replay N`` (a positive count) or ``all`` (None); anything else is a usage error."""
-    if option is None or option == "all":
-        return None
-    if not option.isdigit() or int(option) < 1:
-        raise UsageError(f"--replay {option!r}: give a positive number of verdicts, or all")
-    return int(option)
 
 
 @app.command()

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from registry import Registry, canonical_json, find_config, load_config, resolve_registry_url
+from registry import Registry, UsageError, canonical_json, find_config, load_config, resolve_registry_url
 from registry._config import DEFAULT_CONFIG_NAME
 
 RegistryOption = Annotated[
@@ -46,3 +46,12 @@ def open_registry(option: str | None, *, signing_config: Path | None = None, sig
 def print_json(value: object) -> None:
     """Print canonical JSON on stdout (stable for scripts and diffs)."""
     sys.stdout.write(canonical_json(value).decode() + "\n")
+
+
+def replay_count(option: str | None) -> int | None:
+    """``--replay N`` (a positive count) or ``all`` (None); anything else is a usage error."""
+    if option is None or option == "all":
+        return None
+    if not option.isdigit() or int(option) < 1:
+        raise UsageError(f"--replay {option!r}: give a positive number of verdicts, or all")
+    return int(option)

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from flows.cli_options import RegistryOption, open_registry, print_json
+from flows.cli_options import RegistryOption, open_registry, print_json, replay_count
 from flows.console import err, out, render_comparison, render_paired, render_report, table_text
-from registry import Plan, Registry, UsageError, canonical_json, ensure_signed, load_plan
+from registry import Plan, Registry, UsageError, canonical_json, ensure_signed, find_config, load_config, load_plan
 
 if TYPE_CHECKING:
     from tasks.publish import Decision
@@ -36,7 +36,10 @@ def report_command(
                       typer.Option("--paired", help="Two candidate ids A B: compare them on the same items.")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="tribunal.toml whose [signing] key_file signs the "
                                                 "stored report (default: $TRIBUNAL_CONFIG, else ./tribunal.toml "
-                                                "if present, else $TRIBUNAL_SIGNING_KEY).")] = None,
+                                                "if present, else $TRIBUNAL_SIGNING_KEY); with --publish, its "
+                                                "pinned graders and [sandbox] replay the verdicts.")] = None,
+    replay: Annotated[str, typer.Option("--replay", help="With --publish: replay all verdicts (default) or N drawn "
+                                        "at random, seeded by the manifest head.")] = "all",
 ) -> None:
     """Report current verdicts and pass rates (stored in the registry), or compare two stored reports."""
     if format not in FORMATS:
@@ -59,9 +62,7 @@ def report_command(
     if paired is not None:
         report_paired(store, frozen, grader_version, paired, format, keeps)
         return
-    if publish:
-        store.ensure_can_sign()  # a publication is the owner's: a reader's copy cannot make one
-    decision = publish_report(store, frozen, grader_version) if publish else None
+    decision = publish_report(store, frozen, grader_version, config, replay) if publish else None
     built = decision.report if decision else build_report(store, frozen, grader_version, history=history,
                                                           store=keeps)
     if built is None:
@@ -115,13 +116,33 @@ def report_paired(store: Registry, plan: Plan, grader_version: str | None, pair:
     err.print(f"{'stored' if keeps else 'computed (not stored)'} report {result['report']}")
 
 
-def publish_report(store: Registry, plan: Plan, grader_version: str | None) -> Decision:
-    """Audit before commit; say what was decided and why (the report, if built, is printed by the caller)."""
+def publish_report(store: Registry, plan: Plan, grader_version: str | None, config: Path | None,
+                   replay: str) -> Decision:
+    """Audit before commit; say what was decided and why (the report, if built, is printed by the caller).
+
+    The audit replays the verdicts with the publisher's own pinned graders, so
+    it needs their tribunal.toml (``--config``, ``$TRIBUNAL_CONFIG`` or
+    ``./tribunal.toml``).
+    """
+    from tasks.execution.sandbox import ensure_backend
     from tasks.publish import publish
 
-    with err.status("auditing the report's scope..."):
-        decision = publish(store, plan, grader_version)
+    store.ensure_can_sign()  # a publication is the owner's: a reader's copy cannot make one
+    count = replay_count(replay)
+    try:
+        settings = load_config(find_config(str(config) if config else None))
+    except UsageError as error:
+        raise UsageError(f"--publish replays the verdicts with your pinned graders: {error}") from None
+    ensure_backend(settings.sandbox)
+    with err.status("auditing the report's scope and replaying its verdicts..."):
+        decision = publish(store, plan, settings, grader_version, count)
     audit = decision.audit
+    if audit.replay is not None:
+        replayed = audit.replay
+        err.print(f"replay ({replayed.sample}): {replayed.replayed} of {replayed.chosen} verdicts replayed with "
+                  f"your pinned graders, {replayed.reproduced} reproduced")
+        for reason in replayed.unreplayed:
+            err.print(f"  not replayed: {escape(reason)}")
     for reason in audit.doctor_findings + audit.gate_failures:
         err.print(f"[red]{audit.decision}:[/] {escape(reason)}")
     if audit.failure_labels:

@@ -12,6 +12,7 @@ from registry._calibration import (
     Gate,
     Outcome,
     Publication,
+    ReplayAudit,
     calibration_record,
     parse_calibration_set,
 )
@@ -180,6 +181,7 @@ __all__ = [
     "RegistryError",
     "RegistryRequired",
     "RegressionRule",
+    "ReplayAudit",
     "Role",
     "SandboxConfig",
     "SandboxProfile",

@@ -233,6 +233,19 @@ def calibration_record(*, subject: Literal["grader", "judge"], profile: str, gra
     )
 
 
+class ReplayAudit(Strict):
+    """What running the publisher's pinned graders again on the published verdicts gave (SPEC §17)."""
+
+    sample: str
+    """``all``, or how many verdicts were drawn at random (seeded by the manifest head)."""
+    chosen: int
+    replayed: int
+    reproduced: int
+    unreplayed: list[str]
+    """Each verdict not run again, with its reason."""
+    findings: list[str]
+
+
 class AuditRecord(Strict):
     """Audit before commit (seed 004): what was checked over a report's scope, and the decision.
 
@@ -249,6 +262,8 @@ class AuditRecord(Strict):
     decision: Literal["commit", "hold", "reject"]
     failure_labels: dict[str, list[str]] = {}
     """Attempts in scope whose evidence does not verify, labelled A (audit) in the failure taxonomy."""
+    replay: ReplayAudit | None = None
+    """The replay of the report's verdicts (absent from records made before replays were part of the audit)."""
 
 
 class Publication(Strict):

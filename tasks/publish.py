@@ -9,8 +9,10 @@ audit record. Evidence that does not verify rejects. SPEC §13's rules hold
 (each with its reason in the audit record): a release gate missing or failed
 (calibration records must bind the graded sha256), a number resting on an
 attempt that ran without a sandbox, a planned attempt that is unmeasured, a
-grader profile graded by several versions, and a manifest head that moved
-between the audit and the report.
+grader profile graded by several versions, a manifest head that moved
+between the audit and the report, and (SPEC §17) a replay of the report's
+verdicts with the publisher's pinned graders, in the publisher's walls, that
+does not reproduce them all; the record holds the replay's figures.
 """
 
 from __future__ import annotations
@@ -20,17 +22,20 @@ from typing import Any
 
 from registry import (
     AuditRecord,
+    Config,
     Finding,
     ManifestCorrupt,
     NewEntry,
     Plan,
     Publication,
     Registry,
+    ReplayAudit,
     Role,
     canonical_json,
     digest,
 )
 from tasks.audit import audit_registry
+from tasks.replay import replay
 from tasks.report import build_report, head_label
 from tasks.taxonomy import failure_labels
 
@@ -86,19 +91,33 @@ def publication_holds(report: dict[str, Any], plan: Plan, audited_head: str | No
     }
 
 
-def publish(registry: Registry, plan: Plan, grader_version: str | None = None) -> Decision:
-    """Audit the plan's attempts first; build the report only over verified evidence; publish only on ``commit``.
+def replay_audit(registry: Registry, config: Config, attempt_ids: list[str], count: int | None) -> ReplayAudit:
+    """Replay the report's current verdicts (all, or ``count`` drawn at random) with ``config``'s pinned graders."""
+    summary = replay(registry, config, count, set(attempt_ids))
+    return ReplayAudit(sample="all" if count is None else f"{count} drawn at random, seeded by the manifest head",
+                       chosen=summary.chosen, replayed=summary.replayed, reproduced=summary.reproduced,
+                       unreplayed=[f"{item.where}: {item.reason}" for item in summary.unreplayed],
+                       findings=[f"{finding.kind}: {finding.message}" for finding in summary.findings])
+
+
+def publish(registry: Registry, plan: Plan, config: Config, grader_version: str | None = None,
+            replay_count: int | None = None) -> Decision:
+    """Audit the plan's attempts first; build the report only over verified evidence; replay its verdicts with
+    ``config``'s pinned graders; publish only on ``commit``.
 
     The report must be computed at the head the audit verified: a writer that
     appends in between makes the decision ``hold``, never a publication of
-    entries nobody audited.
+    entries nobody audited. A verdict the replay does not reproduce holds it.
     """
     attempt_ids = [ref.attempt_id for ref in plan.attempt_refs()]
     audited_head = head_label(registry)
     doctor = audit_registry(registry, attempt_ids=attempt_ids)
     findings = [f"{finding.kind} ({finding.where}): {finding.message}" for finding in doctor.findings]
     report = None if findings else build_report(registry, plan, grader_version)
+    replayed = replay_audit(registry, config, attempt_ids, replay_count) if report else None
     holds = publication_holds(report, plan, audited_head) if report else {}
+    if replayed is not None:
+        holds["replay"] = [f"replay: {finding}" for finding in replayed.findings]
     gate_failures = [reason for reasons in holds.values() for reason in reasons]
     record = AuditRecord(
         scope={"experiment": plan.experiment, "plan_hash": plan.plan_hash, "attempts": len(attempt_ids),
@@ -106,7 +125,7 @@ def publish(registry: Registry, plan: Plan, grader_version: str | None = None) -
         checks={"doctor": doctor.clean,
                 **{rule: report is not None and not reasons for rule, reasons in holds.items()}},
         doctor_findings=findings, gate_failures=gate_failures, manifest_head=audited_head,
-        failure_labels=audit_labels(registry, attempt_ids, doctor.findings),
+        failure_labels=audit_labels(registry, attempt_ids, doctor.findings), replay=replayed,
         decision="reject" if findings else "hold" if gate_failures else "commit",
     )
     body = canonical_json(record.model_dump(mode="json"))

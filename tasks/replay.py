@@ -1,21 +1,29 @@
-"""``tribunal doctor --replay``: run pinned graders again on retained inputs (SPEC §12; seed 004 replay contract).
+"""``tribunal doctor --replay``: run *your* pinned graders again on retained inputs (SPEC §12, §17; seed 004).
 
 Re-deriving a verdict from stored output proves the result follows from the
 output; only running the grader again proves the output follows from the
-input. For each chosen current verdict the grader's bytes (stored under
-their sha256 when it graded, else the config's file if its bytes still match)
-run on the retained grader input, on the case snapshot with the retained
-patch, in the sandbox its receipt recorded, rebuilt here. The output digest
-must be the recorded one; a profile with ``deterministic = false`` compares
-only ``passed``. No Prefect here.
+input. The registry may be someone else's, so nothing it holds is run or
+mounted: the grader is the verifier's own (the profile of the same name in
+the verifier's config, its file re-verified against the verifier's sha256)
+and the walls are built from the verifier's own ``[sandbox]``. A receipt
+naming other grader bytes is ``replay-grader-unpinned``, not a
+reproduction; the recorded sandbox profile is evidence, compared with the
+verifier's walls and any difference shown beside the verdict.
+
+Each chosen verdict is replayed on its own: one that cannot be (a snapshot
+refused, a record missing) is listed with its reason and the others go on.
+For a deterministic grader that is a finding (``replay-unavailable``);
+graders declared ``deterministic = false`` are listed apart. The output
+digest must be the recorded one; a non-deterministic grader is compared on
+``passed`` only. No Prefect here.
 """
 
 from __future__ import annotations
 
 import random
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -26,44 +34,75 @@ from registry import (
     GraderProfile,
     GraderReceipt,
     ManifestEntry,
-    ObjectCorrupt,
-    ObjectMissing,
     Registry,
     Role,
     SandboxProfile,
+    TribunalError,
     digest,
     resolve_key_file,
 )
-from tasks.execution.sandbox import Sandbox, SandboxUnavailable, ensure_private
+from tasks.execution.boundary import check_pinned_file
+from tasks.execution.sandbox import Sandbox, ensure_private
 from tasks.execution.workbench import Workbench, workbench
-from tasks.grading import run_grader
+from tasks.grading import grader_sandbox, run_grader
+
+
+@dataclass(frozen=True)
+class Unreplayed:
+    """A chosen verdict that was not run again, and why."""
+
+    where: str
+    reason: str
+    deterministic: bool
 
 
 @dataclass
 class ReplaySummary:
-    """How many verdicts were replayed and what came of it."""
+    """How many verdicts were replayed, what came of it, and what could not be replayed."""
 
     chosen: int = 0
     replayed: int = 0
     reproduced: int = 0
-    unavailable: list[str] = field(default_factory=list)
-    """Why a chosen verdict could not be replayed (no recorded grader bytes or profile): not a finding."""
-    profile_drift: int = 0
-    """Replays whose rebuilt sandbox differs from the recorded profile (another bwrap, other system paths)."""
+    unreplayed: list[Unreplayed] = field(default_factory=list)
+    walls: list[str] = field(default_factory=list)
+    """Verdicts whose recorded sandbox differs from the verifier's walls they were replayed in, with how."""
     findings: list[Finding] = field(default_factory=list)
 
     def line(self) -> str:
-        drift = f", {self.profile_drift} in a sandbox rebuilt with differences" if self.profile_drift else ""
-        missing = f", {len(self.unavailable)} could not be replayed" if self.unavailable else ""
-        return (f"replay: {self.replayed} of {self.chosen} verdicts replayed, {self.reproduced} reproduced"
-                f"{missing}{drift}")
+        unpinned = sum(finding.kind == "replay-grader-unpinned" for finding in self.findings)
+        parts = [f"replay: {self.replayed} of {self.chosen} verdicts replayed with your pinned graders, "
+                 f"{self.reproduced} reproduced"]
+        if unpinned:
+            parts.append(f"{unpinned} name grader bytes you did not pin")
+        deterministic = sum(item.deterministic for item in self.unreplayed)
+        if deterministic:
+            parts.append(f"{deterministic} could not be replayed")
+        if len(self.unreplayed) > deterministic:
+            parts.append(f"{len(self.unreplayed) - deterministic} of non-deterministic graders could not be "
+                         "replayed (listed apart, not findings)")
+        if self.walls:
+            parts.append(f"{len(self.walls)} recorded in walls other than yours")
+        return ", ".join(parts)
+
+    def details(self) -> list[str]:
+        """One line per verdict not replayed, and per verdict whose recorded walls differ from the verifier's."""
+        return ([f"not replayed: {item.where}: {item.reason}" for item in self.unreplayed if item.deterministic]
+                + [f"not replayed (non-deterministic grader): {item.where}: {item.reason}"
+                   for item in self.unreplayed if not item.deterministic]
+                + [f"walls differ: {line}" for line in self.walls])
+
+    def as_json(self) -> dict[str, Any]:
+        return {"chosen": self.chosen, "replayed": self.replayed, "reproduced": self.reproduced,
+                "unreplayed": [{"where": item.where, "reason": item.reason, "deterministic": item.deterministic}
+                               for item in self.unreplayed],
+                "walls_differ": self.walls}
 
 
-def current_receipts(registry: Registry) -> list[ManifestEntry]:
-    """The newest grader receipt of every attempt, in manifest order."""
+def current_receipts(registry: Registry, attempt_ids: set[str] | None = None) -> list[ManifestEntry]:
+    """The newest grader receipt of every attempt (of ``attempt_ids``, if given), in manifest order."""
     newest: dict[str, ManifestEntry] = {}
     for entry in registry.entries(role=Role.GRADER_RECEIPT.value):
-        if entry.attempt_id is not None:
+        if entry.attempt_id is not None and (attempt_ids is None or entry.attempt_id in attempt_ids):
             newest[entry.attempt_id] = entry
     return sorted(newest.values(), key=lambda entry: entry.seq)
 
@@ -75,71 +114,105 @@ def choose(receipts: list[ManifestEntry], count: int | None, seed: str) -> list[
     return sorted(random.Random(seed).sample(receipts, count), key=lambda entry: entry.seq)
 
 
-def replay(registry: Registry, config: Config, count: int | None) -> ReplaySummary:
+def replay(registry: Registry, config: Config, count: int | None,
+           attempt_ids: set[str] | None = None) -> ReplaySummary:
+    """Replay ``count`` (or all) current verdicts with ``config``'s pinned graders, in ``config``'s walls.
+
+    Walls that could read the verifier's signing key or a local registry are
+    refused up front (SandboxUnavailable), as a run refuses them.
+    """
+    walls = {name: grader_sandbox(config, name, profile) for name, profile in config.grader_profiles.items()}
+    ensure_private(list(walls.values()), resolve_key_file(config.signing.key_file), registry.local_root)
     head = registry.head()
-    chosen = choose(current_receipts(registry), count, head.entry_hash if head else "")
+    chosen = choose(current_receipts(registry, attempt_ids), count, head.entry_hash if head else "")
     summary = ReplaySummary(chosen=len(chosen))
     with workbench(1, prefix="tribunal-replay-") as bench:
         for entry in chosen:
-            _replay_one(registry, config, entry, bench, summary)
+            _replay_one(registry, config, walls, entry, bench, summary)
     return summary
 
 
-def _grader_bytes(registry: Registry, sha256: str, profile: GraderProfile) -> bytes | None:
-    try:
-        return registry.get(f"sha256:{sha256}")
-    except (ObjectMissing, ObjectCorrupt):
-        pass
-    try:
-        data = Path(profile.path).read_bytes()
-    except OSError:
-        return None
-    return data if digest(data) == f"sha256:{sha256}" else None
-
-
-def _replay_one(registry: Registry, config: Config, entry: ManifestEntry, bench: Workbench,
-                summary: ReplaySummary) -> None:
+def _replay_one(registry: Registry, config: Config, walls: dict[str, Sandbox], entry: ManifestEntry,
+                bench: Workbench, summary: ReplaySummary) -> None:
     where = f"attempt {entry.attempt_id} generation {entry.generation or 1}"
     try:
         receipt = registry.load(entry.digest, GraderReceipt)
-        grader_input = registry.load(receipt.input_hash, GraderInput)
-        recorded = registry.load(receipt.sandbox_profile, SandboxProfile) if receipt.sandbox_profile else None
-    except (ObjectMissing, ObjectCorrupt, ValueError, ValidationError):
-        summary.unavailable.append(f"{where}: its records do not read back (see the other findings)")
+    except (TribunalError, ValueError, ValidationError):
+        _unreplayed(summary, entry, where, "its receipt does not read back (see the other findings)", True)
         return
     profile = config.grader_profiles.get(receipt.grader_profile)
-    if receipt.grader_sha256 is None or recorded is None or profile is None:
-        summary.unavailable.append(f"{where}: no recorded grader sha256 or sandbox profile, or no profile "
-                                   f"{receipt.grader_profile} in the config to name the grader file")
+    deterministic = profile.deterministic if profile else True
+    if receipt.grader_sha256 is None and not receipt.passed:
+        _unreplayed(summary, entry, where, f"no grader ran ({receipt.grader_id}): a fail-closed verdict", False)
         return
-    program = _grader_bytes(registry, receipt.grader_sha256, profile)
-    if program is None:
-        summary.unavailable.append(f"{where}: grader bytes {receipt.grader_sha256} are neither stored nor the "
-                                   "config's file")
+    if profile is None or receipt.grader_sha256 != profile.sha256:
+        pinned = f"your profile {receipt.grader_profile} pins sha256 {profile.sha256}" if profile else \
+            f"your config has no grader profile {receipt.grader_profile}"
+        summary.findings.append(Finding(
+            kind="replay-grader-unpinned", seq=entry.seq, digest=entry.digest,
+            message=f"{where}: graded by {receipt.grader_id}@{receipt.grader_version} with grader sha256 "
+                    f"{receipt.grader_sha256}, but {pinned}: not the grader you trust, not run"))
         return
-    sandbox = Sandbox.from_profile(recorded)
-    try:  # a run refuses such walls before it starts; a profile recorded before that rule, or forged, may not
-        ensure_private([sandbox], resolve_key_file(config.signing.key_file), registry.local_root)
-    except SandboxUnavailable as error:
-        summary.unavailable.append(f"{where}: not run again, {error}")
+    refusal = check_pinned_file(Path(profile.path), profile.sha256, "grader")
+    if refusal is not None:
+        _unreplayed(summary, entry, where, f"your {refusal.message} ({profile.path})", deterministic)
         return
-    summary.profile_drift += sandbox.profile_digest != receipt.sandbox_profile
-    with tempfile.TemporaryDirectory(dir=bench.scratch) as folder:
-        grader = Path(folder) / Path(profile.path).name
-        grader.write_bytes(program)
-        pinned = profile.model_copy(update={"path": str(grader), "sha256": receipt.grader_sha256})
+    sandbox = walls[receipt.grader_profile]
+    _compare_walls(registry, receipt, sandbox, where, summary)
+    try:
+        grader_input = registry.load(receipt.input_hash, GraderInput)
         contract = grader_input.contract
         output, passed, failure = run_grader(
-            pinned, sandbox, registry.get(receipt.input_hash), contract.snapshot_digest,
+            profile, sandbox, registry.get(receipt.input_hash), contract.snapshot_digest,
             lambda: registry.get(contract.snapshot_digest), registry.get(grader_input.patch_digest), bench)
+    except (TribunalError, ValueError, ValidationError) as error:
+        _unreplayed(summary, entry, where, str(error), deterministic)
+        return
     summary.replayed += 1
-    same = (passed and failure is None) == receipt.passed if not profile.deterministic \
-        else digest(output) == receipt.output_hash
+    _compare_outcome(summary, entry, where, receipt, profile, output, passed and failure is None)
+
+
+def _unreplayed(summary: ReplaySummary, entry: ManifestEntry, where: str, reason: str, deterministic: bool) -> None:
+    summary.unreplayed.append(Unreplayed(where, reason, deterministic))
+    if deterministic:
+        summary.findings.append(Finding(kind="replay-unavailable", seq=entry.seq, digest=entry.digest,
+                                        message=f"{where}: a deterministic grader's verdict could not be "
+                                                f"replayed: {reason}"))
+
+
+def _compare_outcome(summary: ReplaySummary, entry: ManifestEntry, where: str, receipt: GraderReceipt,
+                     profile: GraderProfile, output: bytes, passed: bool) -> None:
+    same = passed == receipt.passed if not profile.deterministic else digest(output) == receipt.output_hash
     if same:
         summary.reproduced += 1
         return
     expected = f"passed={str(receipt.passed).lower()}" if not profile.deterministic else receipt.output_hash
-    got = f"passed={str(passed and failure is None).lower()}" if not profile.deterministic else digest(output)
+    got = f"passed={str(passed).lower()}" if not profile.deterministic else digest(output)
     summary.findings.append(Finding(kind="replay-differs", seq=entry.seq, digest=entry.digest,
-                                    message=f"{where}: the pinned grader, run again on the retained input, "
+                                    message=f"{where}: your pinned grader, run again on the retained input, "
                                             f"gives {got}, the receipt recorded {expected}"))
+
+
+def _compare_walls(registry: Registry, receipt: GraderReceipt, sandbox: Sandbox, where: str,
+                   summary: ReplaySummary) -> None:
+    """Note, beside the verdict, how the recorded walls differ from the ones it is replayed in (never used)."""
+    if receipt.sandbox_profile == sandbox.profile_digest:
+        return
+    try:
+        recorded = registry.load(receipt.sandbox_profile or "", SandboxProfile)
+    except (TribunalError, ValueError, ValidationError):
+        summary.walls.append(f"{where}: recorded profile {receipt.sandbox_profile} does not read back")
+        return
+    summary.walls.append(f"{where}: " + "; ".join(wall_differences(recorded, sandbox.profile)))
+
+
+def wall_differences(recorded: SandboxProfile, yours: SandboxProfile) -> list[str]:
+    """What differs between a recorded sandbox profile and the verifier's, field by field."""
+    found = [f"{name} recorded {getattr(recorded, name)!s}, yours {getattr(yours, name)!s}"
+             for name in ("backend", "version", "network", "namespaces", "env", "limits", "denied_calls")
+             if getattr(recorded, name) != getattr(yours, name)]
+    theirs = {(mount.path, mount.kind) for mount in recorded.mounts}
+    mine = {(mount.path, mount.kind) for mount in yours.mounts}
+    found += [f"mount only recorded: {path} ({kind})" for path, kind in sorted(theirs - mine)]
+    found += [f"mount only yours: {path} ({kind})" for path, kind in sorted(mine - theirs)]
+    return found or ["the same walls, recorded in other bytes"]

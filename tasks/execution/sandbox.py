@@ -249,27 +249,6 @@ class Sandbox:
     exposure: Exposure
     env_names: tuple[str, ...]
 
-    @classmethod
-    def from_profile(cls, profile: SandboxProfile) -> Sandbox:
-        """The walls a stored profile describes, rebuilt on this machine (to replay a verdict in them).
-
-        Declared paths are the profile's read-only and read-write mounts that
-        are neither system, own nor neutral mounts; limits are the profile's.
-        The caller compares digests: another bwrap or other system paths here
-        make a different profile.
-        """
-        limits = profile.limits
-        settings = SandboxConfig(backend=profile.backend) if limits is None else SandboxConfig(
-            backend=profile.backend, memory_mb=limits.memory_mb, max_processes=limits.max_processes,
-            max_file_mb=limits.max_file_mb, cpu_s=limits.cpu_s,
-            **({"patch_max_bytes": limits.patch_max_bytes} if limits.patch_max_bytes else {}))
-        built_in = {mount.path for mount in system_mounts()} | set(PROC_READ_ONLY)
-        declared = [mount for mount in profile.mounts if mount.source is None and mount.path not in built_in]
-        exposure = Exposure(read_only=tuple(mount.path for mount in declared if mount.kind == "ro"),
-                            read_write=tuple(mount.path for mount in declared if mount.kind == "rw"),
-                            network=profile.network)
-        return cls(settings, profile.role, exposure, tuple(profile.env))
-
     @property
     def isolated(self) -> bool:
         return self.settings.backend != "none"

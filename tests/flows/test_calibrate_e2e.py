@@ -153,7 +153,7 @@ def test_publish_holds_without_a_passing_gate_commits_with_one_and_rejects_tampe
     assert calibrate(demo, write_set(demo, "strict-again.jsonl", leaky_label="fail")).returncode == 1
     markdown = report("--format", "md").stdout
     assert "NOT RELEASE-GRADE: suite-checker@1 failed" in markdown and "100.0% (uncalibrated)" in markdown
-    held = report("--publish")
+    held = report("--publish", "--config", str(demo["config"]))
     assert held.returncode == 1 and "not published: audit decision hold" in held.stderr
     assert "hold: calibration of suite-checker@1: min_stratum_agreement: stratum safety" in held.stderr
     store = Registry.open(demo["registry"])
@@ -162,14 +162,16 @@ def test_publish_holds_without_a_passing_gate_commits_with_one_and_rejects_tampe
     assert calibrate(demo, write_set(demo, "agreed-again.jsonl", leaky_label="pass")).returncode == 0
     built = json.loads(report("--format", "json").stdout)
     assert built["release_grade"] and built["calibration"]["suite-checker@1"]["status"] == "passed"
-    published = report("--publish")
+    published = report("--publish", "--config", str(demo["config"]))
     assert published.returncode == 0 and "published report" in published.stderr, published.stderr
     [publication] = Registry.open(demo["registry"]).entries(role=Role.PUBLICATION.value)
     body = json.loads(store.get(publication.digest))
     audit = json.loads(store.get(body["audit_record"]))
     assert audit["decision"] == "commit" and audit["checks"] == {
         "doctor": True, "calibration": True, "isolation": True, "measured": True, "declared_versions": True,
-        "same_head": True}
+        "same_head": True, "replay": True}
+    assert audit["replay"] == {"sample": "all", "chosen": 10, "replayed": 10, "reproduced": 10, "unreplayed": [],
+                               "findings": []}
     assert audit["scope"]["attempts"] == 10 and audit["manifest_head"]
 
     receipt = store.entries(role=Role.GRADER_RECEIPT.value)[-1]
@@ -178,7 +180,7 @@ def test_publish_holds_without_a_passing_gate_commits_with_one_and_rejects_tampe
     from registry._objects import object_key
 
     raw(store).write(object_key(receipt.digest), json.dumps(flipped).encode())
-    rejected = report("--publish")
+    rejected = report("--publish", "--config", str(demo["config"]))
     assert rejected.returncode == 1 and "reject: object-corrupt" in rejected.stderr
     assert f"labelled A (audit): {receipt.attempt_id}" in rejected.stderr
     audit = json.loads(store.get(Registry.open(demo["registry"]).entries(role=Role.AUDIT_RECORD.value)[-1].digest))
@@ -223,8 +225,9 @@ def test_calibration_binds_bytes_and_an_unaudited_head_is_never_published(fresh_
         return audited
 
     monkeypatch.setattr(publishing, "audit_registry", audit_then_another_writer)
-    decision = publishing.publish(store, load_plan(fresh_demo["plan"]))
+    decision = publishing.publish(store, load_plan(fresh_demo["plan"]), load_config(fresh_demo["config"]))
     assert decision.audit.decision == "hold" and decision.publication is None
     assert any("manifest moved between the audit" in reason for reason in decision.audit.gate_failures)
     monkeypatch.setattr(publishing, "audit_registry", audit_registry)
-    assert publishing.publish(store, load_plan(fresh_demo["plan"])).audit.decision == "commit"
+    assert publishing.publish(store, load_plan(fresh_demo["plan"]),
+                              load_config(fresh_demo["config"])).audit.decision == "commit"

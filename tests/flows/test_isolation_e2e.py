@@ -30,7 +30,7 @@ def test_backend_none_marks_every_number_unisolated_and_publish_holds(tmp_path: 
     assert body["summary"]["unisolated"] == 10 and not any(a["isolated"] for a in body["attempts"])
     assert all(tally["unisolated"] == 2 for tally in body["summary"]["candidates"].values())
     assert "(unisolated)" in report("--format", "md").stdout and "(unisolated)" in report().stdout
-    held = report("--publish")
+    held = report("--publish", "--config", str(config))
     assert held.returncode == 1 and "not published: audit decision hold" in held.stderr
     assert "10 attempts ran without a sandbox" in held.stderr
 

@@ -202,9 +202,10 @@ def test_a_non_deterministic_grader_is_replayed_on_its_verdict_only(store: Regis
     assert replay_findings(body) == [same_verdict]
 
 
-def test_replay_never_opens_a_recorded_sandbox_that_could_read_the_registry(store: Registry, config: Path) -> None:
+def test_replay_never_builds_a_recorded_sandbox_that_could_read_the_registry(store: Registry, config: Path) -> None:
     """Attack: generation 2 names a sandbox profile whose read-only paths hold the registry (a run refuses such
-    walls; one recorded before that rule, or forged, would let the grader read the scoring secret on replay)."""
+    walls; rebuilt on replay they would let the grader read the scoring secret): replay runs in the verifier's own
+    walls and only shows the difference beside the verdict."""
     entry, receipt = failing_receipt(store)
     profile = json.loads(store.get(receipt["sandbox_profile"]))
     profile["mounts"].append({"path": str(Path(store.url).parent), "kind": "ro"})
@@ -214,9 +215,9 @@ def test_replay_never_opens_a_recorded_sandbox_that_could_read_the_registry(stor
     store.append([NewEntry(txn="forged:profile", role=Role.GRADER_RECEIPT.value, experiment_id=entry.experiment_id,
                            attempt_id=entry.attempt_id, digest=receipt_digest, size=receipt_size, generation=2)])
     _, body = replayed(store, config)
-    assert body["replay"]["replayed"] == 9, body["replay"]
-    [refused] = body["replay"]["unavailable"]
-    assert f"not run again, the registry {Path(store.url)}" in refused and "a grader can read" in refused
+    assert body["replay"]["replayed"] == body["replay"]["reproduced"] == 10, body["replay"]
+    [differs] = body["replay"]["walls_differ"]
+    assert differs == f"attempt {entry.attempt_id} generation 2: mount only recorded: {Path(store.url).parent} (ro)"
 
 
 def replay_findings(body: dict[str, Any]) -> list[int]:

@@ -31,7 +31,7 @@ def regraded(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> dict
     regrade = tribunal("regrade", "--plan", str(plan), "--registry", registry, "--config", str(config), env=env)
     assert regrade.returncode == 0
     second = tribunal("report", "--plan", str(plan), "--registry", registry, "--format", "json", env=env)
-    return {"plan": str(plan), "registry": registry, "env": env,
+    return {"plan": str(plan), "registry": registry, "env": env, "config": str(config),
             "v1": json.loads(first.stdout), "v2": json.loads(second.stdout)}
 
 
@@ -263,7 +263,8 @@ def test_failures_are_labelled_by_the_earliest_failed_gate(regraded: dict) -> No
 
 def test_a_layer_nothing_graded_publishes_nothing(regraded: dict[str, Any]) -> None:
     """Attack: `--grader-version 9 --publish` with 0 of 10 attempts graded must not certify an empty report."""
-    code, _, err = report(regraded, "--plan", regraded["plan"], "--grader-version", "9", "--publish")
+    code, _, err = report(regraded, "--plan", regraded["plan"], "--grader-version", "9", "--publish",
+                          "--config", regraded["config"])
     assert code == 1 and "not published: audit decision hold" in err
     assert "10 planned attempts are unmeasured" in err and "not graded by grader version 9" in err
     store = Registry.open(regraded["registry"])
