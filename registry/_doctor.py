@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
+from registry._bounds import Bounds, reader_bounds
 from registry._canonical import DIGEST_PREFIX, digest, is_digest
 from registry._chain import Finding, Pin, check_pins
 from registry._layout import stray_files
@@ -53,7 +54,15 @@ class DoctorReport(BaseModel):
         return not self.findings
 
 
-def _corrupt(object_digest: str) -> Finding:
+def _corrupt(registry: Registry, object_digest: str) -> Finding:
+    """An object whose bytes do not match its address; ``object-oversized`` if it is over the read cap (a bomb
+    no reader holds: it was never read)."""
+    size = registry.storage.size(object_key(object_digest))
+    cap = reader_bounds().object_bytes
+    if size is not None and size > cap:
+        return Finding(kind="object-oversized", digest=object_digest,
+                       message=f"object {object_digest} holds {size} bytes, over the {cap}-byte read cap: not read "
+                               f"({Bounds.env_hint('object_bytes')})")
     return Finding(kind="object-corrupt", digest=object_digest,
                    message=f"object {object_digest}: bytes do not match the address")
 
@@ -94,7 +103,7 @@ def _check_objects(registry: Registry, table: pa.Table, listed: pa.Array, damage
     stored = pc.or_(pc.is_valid(table.column("payload")),  # a payload is checked where it is read
                     pc.is_in(table.column("digest"), value_set=listed))
     absent = table.select(["seq", "digest"]).filter(pc.invert(stored))
-    return [_corrupt(object_digest) for object_digest in sorted(corrupt)] + [
+    return [_corrupt(registry, object_digest) for object_digest in sorted(corrupt)] + [
         _missing(seq, object_digest) for seq, object_digest in
         zip(absent.column("seq").to_pylist(), absent.column("digest").to_pylist(), strict=True)]
 
@@ -116,11 +125,12 @@ def check_named_objects(registry: Registry, table: pa.Table) -> list[Finding]:
             if data is None:
                 findings.append(_missing(named[object_digest], object_digest))
             elif digest(data) != object_digest:
-                findings.append(_corrupt(object_digest))
+                findings.append(_corrupt(registry, object_digest))
     return findings
 
 
-STRUCTURAL = frozenset({"commit-unreadable", "commit-missing", "commit-misplaced", "seq-gap", "duplicate-entry",
+STRUCTURAL = frozenset({"commit-unreadable", "commit-oversized", "segment-oversized",
+                        "commit-missing", "commit-misplaced", "seq-gap", "duplicate-entry",
                         "entries-out-of-order", "prev-link-broken", "segment-unreadable", "segment-mismatch"})
 """Findings after which the raw log may differ from what readers see (the verified segments and the commits)."""
 

@@ -36,7 +36,15 @@ from registry._chain import (
 from registry._entry import ENTRY_SCHEMA
 from registry._errors import ManifestCorrupt
 from registry._layout import LOG_DIR, commit_key, commit_version, list_segments, segment_chain, segment_key
-from registry._manifest import COMMITS_KEY, READ_BATCH, SEGMENT_COMMITS, decode_table, read_commits
+from registry._manifest import (
+    COMMITS_KEY,
+    READ_BATCH,
+    SEGMENT_COMMITS,
+    ManifestOversized,
+    decode_table,
+    read_commits,
+    read_manifest_file,
+)
 from registry._storage import Storage
 from registry._workers import Workers
 
@@ -139,7 +147,8 @@ def _decode_commits(storage: Storage, versions: list[int]) -> tuple[dict[int, pa
             try:
                 decoded[version] = decode_table(data or b"", commit_key(version)).replace_schema_metadata(None)
             except ManifestCorrupt as error:
-                unreadable.append(Finding(kind="commit-unreadable", version=version, message=str(error)))
+                kind = "commit-oversized" if isinstance(error, ManifestOversized) else "commit-unreadable"
+                unreadable.append(Finding(kind=kind, version=version, message=str(error)))
     return decoded, unreadable
 
 
@@ -160,7 +169,7 @@ def _through_segment(storage: Storage, versions: list[int], span: Range) -> pa.T
         return None
     key = segment_key(first, last)
     try:
-        segment = decode_table(storage.read(key), key)
+        segment = decode_table(read_manifest_file(storage, key), key)
     except (OSError, ManifestCorrupt):
         return None
     record = (segment.schema.metadata or {}).get(COMMITS_KEY, b"").decode("utf-8", "replace").split("\n")
@@ -218,9 +227,10 @@ def check_segment_file(storage: Storage, log: RawLog, span: Range) -> Finding | 
     files, expected = log.rows_of(first, last)
     expected = plain(expected)
     try:
-        stored = decode_table(storage.read(key), key).replace_schema_metadata(None)
+        stored = decode_table(read_manifest_file(storage, key), key).replace_schema_metadata(None)
     except ManifestCorrupt as error:
-        return Finding(kind="segment-unreadable", version=first, message=str(error))
+        kind = "segment-oversized" if isinstance(error, ManifestOversized) else "segment-unreadable"
+        return Finding(kind=kind, version=first, message=str(error))
     except OSError as error:  # listed, then not a readable file (a directory, a dangling link, gone)
         return Finding(kind="segment-unreadable", version=first, message=f"{key} cannot be read ({error})")
     if files != last - first + 1 or not stored.equals(expected):

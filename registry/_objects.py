@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from registry._canonical import DIGEST_PREFIX, digest, is_digest, json_loads
 from registry._errors import ObjectCorrupt, ObjectMissing, RecordInvalid, RegistryError
 from registry._models import describe_errors
-from registry._storage import Storage
+from registry._storage import Storage, StoredOversized
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -53,6 +53,8 @@ class ObjectStore:
             data = self.storage.read(object_key(object_digest))
         except FileNotFoundError:
             raise ObjectMissing(f"object {object_digest} is not in the registry") from None
+        except StoredOversized as error:  # a bomb is damage, as a corrupt object is: no reader holds it
+            raise ObjectCorrupt(f"object {object_digest}: {error}") from None
         if digest(data) != object_digest:
             raise ObjectCorrupt(f"object {object_digest}: stored bytes do not match the address")
         return data

@@ -16,6 +16,11 @@ then ``os.link``-ed to the final name (atomic; ``FileExistsError`` if present),
 and S3 writes use ``pipe_file(mode="create")``, which sends
 ``PutObject(IfNoneMatch="*")``: S3 answers 412 to every writer but one.
 Temporary files start with ``.tmp-`` and are invisible to readers.
+
+Reads are capped (``registry/_bounds``): a file over ``object_bytes`` is
+never read into memory. ``read`` refuses it (StoredOversized); ``read_many``
+gives ``OVERSIZED`` in its place, bytes that hash to no stored object's
+address, so every caller that checks digests treats it as damaged.
 """
 
 from __future__ import annotations
@@ -29,10 +34,26 @@ from typing import Protocol
 
 import fsspec
 
+from registry._bounds import reader_bounds
 from registry._errors import RegistryError
 
 TMP_PREFIX = ".tmp-"
 READ_CHUNK = 1 << 20
+OVERSIZED = b"\0tribunal: a file over the read cap, not read\0"
+"""What ``read_many`` gives for a file over the cap (never any object's bytes: no digest check accepts it)."""
+OVER_CAP = "over the read cap"
+"""What ``sha256`` gives for a file over the cap: no hex digest, so no address check accepts it."""
+
+
+class StoredOversized(RegistryError):
+    """A stored file is larger than a reader accepts (SPEC §17); its bytes were not read."""
+
+
+def _too_large(key: str, size: int | None = None) -> StoredOversized:
+    cap = reader_bounds().object_bytes
+    held = f"{size} bytes" if size is not None else "more"
+    return StoredOversized(f"{key} holds {held}, over the {cap}-byte read cap (a registry may not ask a reader to "
+                           f"hold more; raise it with TRIBUNAL_MAX_OBJECT_MB); run `tribunal doctor`")
 
 
 class Storage(Protocol):
@@ -50,10 +71,14 @@ class Storage(Protocol):
         """Return the bytes of each key, None where absent (S3: fetched concurrently)."""
 
     def sha256(self, key: str) -> str | None:
-        """Return the hex SHA-256 of the bytes at ``key``, read a chunk at a time; None if absent."""
+        """Return the hex SHA-256 of the bytes at ``key``, read a chunk at a time; None if absent; ``OVER_CAP``
+        (no digest) for a file over the read cap, which is not read at all."""
 
     def exists(self, key: str) -> bool:
         """Tell whether ``key`` exists."""
+
+    def size(self, key: str) -> int | None:
+        """The length of the file at ``key`` without reading it; None if absent."""
 
     def list(self, prefix: str) -> list[str]:
         """Return the names (not keys) directly under ``prefix``, sorted; [] if none."""
@@ -100,6 +125,8 @@ class LocalStorage:
             status = os.fstat(handle)
             if not stat.S_ISREG(status.st_mode):
                 raise FileNotFoundError(f"{key} is not a regular file, not a stored one")
+            if status.st_size > reader_bounds().object_bytes:
+                raise _too_large(key, status.st_size)
             chunks = [os.read(handle, status.st_size or READ_CHUNK)]  # one buffer, however large
             while chunk := os.read(handle, READ_CHUNK):
                 chunks.append(chunk)
@@ -114,8 +141,11 @@ class LocalStorage:
             return None
         hashed = hashlib.sha256()
         try:
-            if not stat.S_ISREG(os.fstat(handle).st_mode):
+            status = os.fstat(handle)
+            if not stat.S_ISREG(status.st_mode):
                 return None
+            if status.st_size > reader_bounds().object_bytes:
+                return OVER_CAP
             while chunk := os.read(handle, READ_CHUNK):
                 hashed.update(chunk)
         finally:
@@ -129,10 +159,18 @@ class LocalStorage:
                 found.append(self.read(key))
             except FileNotFoundError:
                 found.append(None)
+            except StoredOversized:
+                found.append(OVERSIZED)
         return found
 
     def exists(self, key: str) -> bool:
         return (self.root / key).exists()
+
+    def size(self, key: str) -> int | None:
+        try:
+            return os.stat(f"{self.url}/{key}").st_size
+        except OSError:
+            return None
 
     def list(self, prefix: str) -> list[str]:
         try:
@@ -166,13 +204,17 @@ class S3Storage:
         return True
 
     def read(self, key: str) -> bytes:
-        data: bytes = self.fs.cat_file(self._path(key))
+        cap = reader_bounds().object_bytes
+        data: bytes = self.fs.cat_file(self._path(key), start=0, end=cap + 1)
+        if len(data) > cap:
+            raise _too_large(key)
         return data
 
     def read_many(self, keys: list[str]) -> list[bytes | None]:
         """One concurrent batch per call: each key is a request, so latency, not bytes, dominates."""
         paths = [self._path(key) for key in keys]
-        fetched = self.fs.cat(paths, on_error="return") if paths else {}
+        cap = reader_bounds().object_bytes
+        fetched = self.fs.cat(paths, on_error="return", start=0, end=cap + 1) if paths else {}
         found: list[bytes | None] = []
         for path in paths:
             value = fetched.get(path)
@@ -181,13 +223,15 @@ class S3Storage:
             elif isinstance(value, BaseException):
                 raise value
             else:
-                found.append(value)
+                found.append(OVERSIZED if len(value) > cap else value)
         return found
 
     def sha256(self, key: str) -> str | None:
         hashed = hashlib.sha256()
         try:
             with self.fs.open(self._path(key), "rb") as stream:
+                if stream.size > reader_bounds().object_bytes:
+                    return OVER_CAP
                 while chunk := stream.read(READ_CHUNK):
                     hashed.update(chunk)
         except FileNotFoundError:
@@ -196,6 +240,12 @@ class S3Storage:
 
     def exists(self, key: str) -> bool:
         return bool(self.fs.exists(self._path(key)))
+
+    def size(self, key: str) -> int | None:
+        try:
+            return int(self.fs.size(self._path(key)))
+        except FileNotFoundError:
+            return None
 
     def list(self, prefix: str) -> list[str]:
         try:

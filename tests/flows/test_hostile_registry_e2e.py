@@ -263,3 +263,77 @@ def test_a_replay_finding_holds_the_publication(copy: Registry, published: dict[
     assert "hold: replay: replay-grader-unpinned" in done.stderr
     assert audit["replay"]["findings"][0].startswith("replay-grader-unpinned")
     assert copy.entries(role=Role.PUBLICATION.value) == []
+
+
+def parquet_bomb(rows: int, value_bytes: int) -> bytes:
+    """A commit-shaped Parquet file whose one dictionary value every row repeats: a few KiB on disk,
+    ``rows * value_bytes`` once decoded."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from registry._entry import ENTRY_SCHEMA
+
+    value = "a" * value_bytes
+    columns = [pa.array([value if field.name == "payload" else "x"] * rows, field.type)
+               if pa.types.is_string(field.type) else pa.array([0] * rows, field.type) for field in ENTRY_SCHEMA]
+    buffer = io.BytesIO()
+    pq.write_table(pa.table(columns, schema=ENTRY_SCHEMA), buffer, compression="zstd", use_dictionary=True)
+    return buffer.getvalue()
+
+
+def within_a_gib(*args: str, env: dict[str, str]) -> Any:
+    """The CLI in a child whose address space is capped at 1 GiB (a bomb that is decoded cannot fit)."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    return subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", *args], capture_output=True,
+                          text=True, env={**env, "PYTHONPATH": str(REPO)}, preexec_fn=cap, timeout=600, check=False)
+
+
+@pytest.mark.parametrize("rows, value_bytes", [(24_000, 65_536), (300, 1 << 20)])
+@pytest.mark.parametrize("planted", ["commit", "segment"])
+def test_a_parquet_bomb_is_a_finding_within_a_gib(copy: Registry, published: dict[str, Any], planted: str,
+                                                  rows: int, value_bytes: int) -> None:
+    """Attack: a few KiB of Parquet under a commit's or a segment's name whose dictionary-encoded column repeats
+    one long string in every row: decoding it takes gigabytes before any check runs."""
+    from registry._layout import commit_key, segment_key
+
+    head = copy.head()
+    assert head is not None
+    bomb = parquet_bomb(rows, value_bytes)
+    assert len(bomb) < 64 * 1024 and rows * value_bytes > 1 << 28
+    key = commit_key(head.version + 1) if planted == "commit" else segment_key(0, head.version)
+    (Path(copy.url) / key).parent.mkdir(parents=True, exist_ok=True)
+    (Path(copy.url) / key).write_bytes(bomb)
+    checked = within_a_gib("doctor", "--registry", copy.url, "--json", env=published["env"])
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr
+    assert f"{planted}-oversized" in [finding["kind"] for finding in json.loads(checked.stdout)["findings"]]
+    reported = within_a_gib("report", "--plan", str(published["plan"]), "--registry", copy.url,
+                            env=published["env"])
+    assert reported.returncode == 1 and "Traceback" not in reported.stderr, reported.stderr
+    assert "TRIBUNAL_MAX_DECODED_MB" in reported.stderr
+
+
+def test_an_object_over_the_read_cap_is_a_finding_never_read(copy: Registry, published: dict[str, Any]) -> None:
+    """Attack: a sparse file of 4 GiB planted under a receipt's address: every reader that reads it whole holds
+    4 GiB before the digest check can refuse it."""
+    from registry._objects import object_key
+
+    receipt = copy.entries(role=Role.GRADER_RECEIPT.value)[0]
+    path = Path(copy.url) / object_key(receipt.digest)
+    path.unlink()
+    with open(path, "wb") as sparse:
+        sparse.truncate(4 << 30)
+    checked = within_a_gib("doctor", "--registry", copy.url, "--json", env=published["env"])
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr
+    found = {(f["kind"], f["digest"]) for f in json.loads(checked.stdout)["findings"]}
+    assert ("object-oversized", receipt.digest) in found
+    reported = within_a_gib("report", "--plan", str(published["plan"]), "--registry", copy.url,
+                            env=published["env"])
+    assert reported.returncode == 1 and "Traceback" not in reported.stderr, reported.stderr
