@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -40,21 +41,40 @@ def run(folders: tuple[Path, Path], code: str, *, exposure: Exposure | None = No
 
 def test_other_processes_and_their_environment_are_invisible(folders: tuple[Path, Path],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Attack: read the operator's secrets from /proc/<parent>/environ or any other process."""
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "operator-secret-123")
-    code = (
-        "import os, json\n"
-        "seen = {}\n"
-        "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
-        "    try: seen[pid] = open(f'/proc/{pid}/environ', 'rb').read().decode(errors='replace')\n"
-        "    except OSError as e: seen[pid] = 'denied'\n"
-        "env = dict(i.split('=', 1) for i in open('/proc/self/environ').read().split('\\0') if i)\n"
-        "print(json.dumps({'ppid': os.getppid(), 'env': env, 'procs': seen}))\n"
-    )
-    report = json.loads(run(folders, code).outcome.stdout)
+    """Attack: read the operator's secret from another process (its command line or environ) or inherit tribunal's.
+
+    A host process holding the secret in its command line and environment block
+    lives through the run (``monkeypatch.setenv`` alone changes no
+    ``/proc/<pid>/environ``). A sandbox sharing the host's pid namespace lists
+    it and reads its command line; its ``environ`` the kernel refuses anyway (a
+    process in a child user namespace may not ptrace-read one outside it). The
+    secret is in tribunal's own ``os.environ`` too, for the program to inherit
+    if the launcher passed it on and bwrap did not clear it.
+    """
+    secret = f"operator-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()", secret],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              env={"PATH": PATH, "AWS_SECRET_ACCESS_KEY": secret})
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
+        assert secret.encode() in Path(f"/proc/{holder.pid}/environ").read_bytes()  # there, for the host to read
+        code = (
+            "import os, json\n"
+            "seen = {}\n"
+            "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+            "    for part in ('cmdline', 'environ'):\n"
+            "        try: seen[pid + part] = open(f'/proc/{pid}/{part}', 'rb').read().decode(errors='replace')\n"
+            "        except OSError: seen[pid + part] = 'denied'\n"
+            "env = dict(i.split('=', 1) for i in open('/proc/self/environ').read().split('\\0') if i)\n"
+            "print(json.dumps({'ppid': os.getppid(), 'env': env, 'procs': seen}))\n"
+        )
+        report = json.loads(run(folders, code).outcome.stdout)
+    finally:
+        holder.communicate(b"")
     assert report["env"] == {"PATH": PATH}
-    assert "operator-secret-123" not in json.dumps(report)
-    assert len(report["procs"]) <= 3  # the namespace's init, env's exec'd program, nothing of the host
+    assert secret not in json.dumps(report)
+    assert len(report["procs"]) <= 2 * 3  # the namespace's init, env's exec'd program, nothing of the host
 
 
 def test_host_files_outside_the_allow_list_do_not_exist(folders: tuple[Path, Path], tmp_path: Path) -> None:
