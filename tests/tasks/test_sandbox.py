@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -253,6 +255,36 @@ def test_a_script_whose_interpreter_is_invisible_is_refused(tmp_path: Path) -> N
     (tmp_path / "pyenv" / "python").write_text("")
     sandbox = Sandbox(SandboxConfig(), "candidate", Exposure(read_only=(str(tool.parent),)), ("PATH",))
     assert f"cannot see {tmp_path}/pyenv/python" in (sandbox.preflight([str(tool)], PATH) or "")
+
+
+def test_a_python_under_tmp_runs_or_is_refused_before_anything_runs(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attack on fail-closed: tribunal's Python in a venv under /tmp is shadowed by the private /tmp, so a grader
+    would die as "No such file" after preflight let it through; preflight refuses it, naming the path and the fix,
+    and the same venv declared read_only runs."""
+    root = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
+        python = str(root / "venv" / "bin" / "python")
+        venv = tuple(str(root / "venv" / name) for name in ("pyvenv.cfg", "bin", "lib"))
+        real_python_paths = sandbox_module.python_paths
+        monkeypatch.setattr(sandbox_module, "python_paths", lambda: (*real_python_paths(), *venv))
+        sandbox_module.system_mounts.cache_clear()
+        hint = "read_only of [grader_profiles.p] in tribunal.toml"
+        shadowed = Sandbox(SandboxConfig(), "grader", Exposure(hint=hint), ("PATH",))
+        assert shadowed.preflight([python, "-c", "print('ran')"], PATH) == (
+            f"the sandbox cannot see {python}: add it (or a folder above it) to {hint}")
+        declared = Sandbox(SandboxConfig(), "grader", Exposure(read_only=(str(root / "venv"),), hint=hint), ("PATH",))
+        assert declared.preflight([python, "-c", "print('ran')"], PATH) is None
+        workspace, io = tmp_path / "workspace", tmp_path / "io"
+        workspace.mkdir()
+        io.mkdir()
+        confined = run_confined(declared, [python, "-c", "print('ran')"], workspace=workspace, io=io,
+                                env={"PATH": PATH}, stdin=b"", timeout_s=60, max_output_bytes=4096)
+        assert confined.outcome.stdout == b"ran\n"
+    finally:
+        sandbox_module.system_mounts.cache_clear()
+        shutil.rmtree(root)
 
 
 def test_the_profile_records_walls_not_attempts(tmp_path: Path) -> None:
