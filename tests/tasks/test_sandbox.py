@@ -389,3 +389,23 @@ def test_a_signing_key_reachable_through_a_symlink_is_refused(folders: tuple[Pat
     assert "PRIVATE KEY BYTES" in read.outcome.stdout.decode()  # the attack is real: the mount shows the key
     with pytest.raises(sandbox_module.SandboxUnavailable, match="inside a path a grader can read"):
         ensure_hidden(str(named), [Sandbox(SandboxConfig(), "grader", exposure, ("PATH",))])
+
+
+CGROUP_V2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+"""The unified hierarchy is mounted at /sys/fs/cgroup (cgroup v2); on v1 that folder holds one folder per controller."""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not CGROUP_V2,
+                    reason="needs root on cgroup v2 (RLIMIT_NPROC does not bind root; v1 runs the tests above)")
+def test_process_and_memory_limits_bind_root_on_cgroup_v2(folders: tuple[Path, Path]) -> None:
+    """Attack: as root on a cgroup v2 machine, fork past max_processes and share out more memory than memory_mb
+    between processes: both limits must still bind, and be named."""
+    bomb = ("import os, time\nfor _ in range(400):\n    try:\n        if os.fork() == 0:\n            time.sleep(30)"
+            "\n            os._exit(0)\n    except OSError:\n        print('limit'); break\n")
+    forked = run(folders, bomb, settings=SandboxConfig(max_processes=32), timeout_s=60)
+    assert b"limit" in forked.outcome.stdout and forked.limit == "processes" and not forked.escaped
+    hoard = ("import os, time\nfor _ in range(6):\n    if os.fork() == 0:\n"
+             "        hoard = bytearray(150 * 1024 * 1024)\n        for i in range(0, len(hoard), 4096):\n"
+             "            hoard[i] = 1\n        time.sleep(30)\n        os._exit(0)\ntime.sleep(8)\n")
+    shared = run(folders, hoard, settings=SandboxConfig(memory_mb=256), timeout_s=60)
+    assert shared.limit == "memory" and not shared.escaped
