@@ -53,6 +53,7 @@ class RawAccess:
 
     def write(self, key: str, data: bytes) -> None:
         if isinstance(self.storage, LocalStorage):
+            (self.storage.root / key).parent.mkdir(parents=True, exist_ok=True)
             (self.storage.root / key).write_bytes(data)
         else:
             assert isinstance(self.storage, S3Storage)

@@ -309,10 +309,16 @@ class Sandbox:
         return digest(self.profile_bytes)
 
     def sees(self, path: str) -> bool:
-        """Whether a host path exists at the same place inside the sandbox (and so does what it links to)."""
+        """Whether a host path exists at the same place inside the sandbox (and so does what it links to).
+
+        A system mount under ``/tmp`` (tribunal's own venv there) is shadowed by
+        the private ``/tmp`` mounted after it; declared paths are mounted later
+        and stay visible.
+        """
         if not self.isolated:
             return True
-        roots = [mount.path for mount in self._system + self._declared]
+        roots = [mount.path for mount in self._system if not _under(mount.path, [TMP])]
+        roots += [mount.path for mount in self._declared]
         return _under(path, roots) and _under(os.path.realpath(path), roots)
 
     def reaches(self, path: str) -> bool:

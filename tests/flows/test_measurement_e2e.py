@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import DEMO, copy_demo, tribunal
+from tests.shapes import Paired, Report, Validation, shaped
 
 FIXED = (DEMO / "agents" / "fixes.py").read_text().split('"mathutil.py": \'\'\'')[1].split("'''")[0]
 """The repaired mathutil.py the demo's fixer writes."""
@@ -233,3 +234,15 @@ def test_a_run_refuses_candidate_code_changed_since_freeze(tmp_path: Path, cli_e
     from registry import Registry
 
     assert not Registry.open(registry).entries(role="attempt-contract")  # no candidate ran
+
+
+def test_report_paired_and_validate_json_keep_the_shapes_of_spec_16(measured: dict[str, Any]) -> None:
+    """Attack on scripts and CI: a key of §16 renamed, dropped or retyped silently breaks every consumer."""
+    report = shaped(Report, measured["report"])
+    assert isinstance(report, Report) and {c.candidate_id for c in report.candidates} == {"agent-fixer",
+                                                                                        "agent-hasty"}
+    assert report.slice.rule == "validated" and report.slice.excluded
+    paired = shaped(Paired, measured["paired"])
+    assert isinstance(paired, Paired) and (paired.a, paired.b) == ("agent-fixer", "agent-hasty")
+    validation = shaped(Validation, measured["validated"])
+    assert isinstance(validation, Validation) and len(validation.cases) == 6

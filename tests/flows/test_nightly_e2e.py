@@ -23,6 +23,7 @@ import pytest
 
 from registry import Registry, Signer, write_private_key
 from tests.helpers import copy_demo, tribunal
+from tests.shapes import Series, shaped
 
 EXPERIMENT = "series-demo"
 NIGHTS = ("2026-12-01", "2026-12-02", "2026-12-03")
@@ -341,3 +342,11 @@ def test_a_planted_night_without_its_record_is_never_the_baseline(series: dict[s
                      str(series["config"]), "--json", env=series["env"])
     assert night.returncode == 0, night.stderr
     assert json.loads(night.stdout)["record"]["comparison"]["previous_label"] == NIGHTS[2]
+
+
+def test_series_json_keeps_the_shape_of_spec_16(series: dict[str, Any]) -> None:
+    """Attack on scripts and CI: a key of §16's series listing renamed, dropped or retyped silently breaks them."""
+    listed = tribunal("series", EXPERIMENT, "--registry", series["registry"], "--format", "json", env=series["env"])
+    assert listed.returncode == 0, listed.stderr
+    body = shaped(Series, json.loads(listed.stdout))
+    assert isinstance(body, Series) and [night.regression for night in body.nights] == [False, False, True]

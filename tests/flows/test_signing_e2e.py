@@ -310,3 +310,35 @@ def test_pre_appended_junk_in_an_unsigned_registry_stops_the_run_with_a_message(
     assert f"attempt {victim}: its sealed verdict does not read back" in " ".join(ran.stderr.split())
     code, found = doctor(registry, cli_env)
     assert code == 1 and "receipt-unreadable" in {f["kind"] for f in found["findings"]}
+
+
+def test_the_signing_key_variable_signs_when_no_config_names_a_key(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Attack on provenance: a key kept in $TRIBUNAL_SIGNING_KEY (no [signing] in tribunal.toml) must sign every
+    record, and a config's key_file must win over a variable left pointing at another key."""
+    registry = str(tmp_path / "reg")
+    key = tmp_path / "keys" / "signing.pem"
+    key.parent.mkdir()
+    made = tribunal("key", "init", "--out", str(key), "--registry", registry, env=cli_env)
+    assert made.returncode == 0, made.stderr
+    public = next(line for line in made.stdout.splitlines() if line.startswith(PUBLIC_KEY_LINE)).split()[2]
+    spec = copy_demo(tmp_path / "exp")
+    config = spec.parent / "tribunal.toml"
+    assert "[signing]" not in config.read_text()
+    env = {**cli_env, "TRIBUNAL_SIGNING_KEY": str(key)}
+    plan = tmp_path / "plan.json"
+    frozen = tribunal("plan", "freeze", str(spec), "-o", str(plan), "--registry", registry, "--config", str(config),
+                      env=env)
+    assert frozen.returncode == 0, frozen.stderr
+    ran = tribunal("run", "--plan", str(plan), "--registry", registry, "--config", str(config), env=env)
+    assert ran.returncode == 0, ran.stderr
+    code, body = doctor(registry, cli_env, "--trust", public)
+    assert code == 0 and body["signing"]["state"] == "signed", body["findings"]
+    rogue = tmp_path / "keys" / "rogue.pem"
+    write_private_key(Signer.generate(), rogue)
+    config.write_text(config.read_text() + f'\n[signing]\nkey_file = "{key}"\n')
+    report = tribunal("report", "--plan", str(plan), "--registry", registry, "--config", str(config),
+                      "--format", "json", env={**cli_env, "TRIBUNAL_SIGNING_KEY": str(rogue)})
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["signing_key"] == Signer.load(str(key)).key_id
+    code, body = doctor(registry, cli_env, "--trust", public)
+    assert code == 0, body["findings"]

@@ -194,9 +194,14 @@ def test_a_fifo_named_as_the_next_commit_stops_readers_and_doctor_with_a_finding
             Registry.open(store_url).table()
 
 
-def test_a_name_in_other_digits_is_a_stray_file(store_url: str, raw: Any) -> None:
-    """Attack (red team): a segment named in Arabic-Indic digits (which ``int`` reads as a number) was taken for a
-    segment readers then looked for under its ASCII name: never read, never named."""
+@pytest.mark.parametrize("name", [
+    "segments/" + "\u0660" * 20 + "-" + "\u0660" * 19 + "\u0661.parquet",
+    "log/00000000/" + "\u0660" * 20 + ".parquet",
+    "log/" + "\u0660" * 8 + "/" + "0" * 20 + ".parquet",
+], ids=["segment", "commit", "bucket"])
+def test_a_name_in_other_digits_is_a_stray_file(store_url: str, raw: Any, name: str) -> None:
+    """Attack (red team): a segment, commit or bucket named in Arabic-Indic digits (which ``int`` reads as a number)
+    was taken for one readers then looked for under its ASCII name: never read, never named."""
     registry = build(store_url, commits=2)
-    raw(registry).write("segments/" + "\u0660" * 20 + "-" + "\u0660" * 19 + "\u0661.parquet", b"x")
+    raw(registry).write(name, b"x")
     assert [kind for kind, _, _ in findings_of(store_url)] == ["stray-file"]

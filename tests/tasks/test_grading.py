@@ -15,7 +15,7 @@ from registry import Config, GraderProfile, canonical_json, digest, load_config
 from tasks.execution.workbench import Workbench
 from tasks.grading import Grading, grade
 from tasks.sealing import receipt_seal_holds
-from tests.helpers import processes_with, watching
+from tests.helpers import processes_with, started, watching
 from tests.tasks.conftest import ATTEMPT, grader_input
 
 PASS = 'import json, sys; sys.stdin.read(); print(json.dumps({"passed": True, "note": "ok"}))\n'
@@ -115,12 +115,29 @@ def test_a_grader_that_rewrites_itself_is_caught(make_profile: MakeProfile, run_
 
 def test_a_grader_file_changed_on_the_host_during_grading_is_caught(make_profile: MakeProfile, run_grade: RunGrade,
                                                                      tmp_path: Path) -> None:
-    """Attack: the pinned file is swapped on the host while its copy runs, so the pin no longer names the bytes."""
-    grader = tmp_path / "graders" / "grader.py"
-    source = "import json, sys, time\nsys.stdin.read()\ntime.sleep(1)\nprint(json.dumps({'passed': True}))\n"
-    profile = make_profile(source)
-    threading.Timer(0.3, lambda: grader.write_text(source + "# swapped\n")).start()
-    assert_failed_closed(run_grade(profile), "changed while grading")
+    """Attack: the pinned file is swapped on the host while its copy runs, so the pin no longer names the bytes.
+
+    No race with the pin check: the swap waits until the copy is running, and
+    the copy answers only once the swap is done (a gate folder it can read).
+    """
+    name = f"grader-{uuid.uuid4().hex}.py"
+    grader, gate = tmp_path / "graders" / name, tmp_path / "gate"
+    gate.mkdir()
+    source = ("import json, os, sys, time\nsys.stdin.read()\ndeadline = time.monotonic() + 120\n"
+              f"while not os.path.exists({str(gate / 'open')!r}) and time.monotonic() < deadline:\n"
+              "    time.sleep(0.01)\nprint(json.dumps({'passed': True}))\n")
+    profile = make_profile(source, name=name, read_only=[str(gate)], timeout_s=300)
+
+    def swap() -> None:
+        if started(name):
+            grader.write_text(source + "# swapped\n")
+        (gate / "open").touch()
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    grading = run_grade(profile)
+    swapper.join()
+    assert_failed_closed(grading, "changed while grading")
 
 
 def test_no_shell_is_involved(make_profile: MakeProfile, run_grade: RunGrade, tmp_path: Path) -> None:

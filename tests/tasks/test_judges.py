@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -101,10 +102,27 @@ def test_an_error_body_is_never_recorded(chat_judge: JudgeConfig, server: JudgeS
     assert (reply.passed, reply.failure, reply.reply) == (False, "http-status", b"")
 
 
-@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+@pytest.mark.parametrize("status", [301, 302, 303])
 def test_a_redirect_is_never_followed(chat_judge: JudgeConfig, server: JudgeServer, bench: Workbench,
                                       status: int) -> None:
-    """Attack: a judge endpoint that redirects, so the blinded candidate (or the API key) goes elsewhere."""
+    """Attack: a judge endpoint that redirects, so the blinded candidate (or the API key) goes elsewhere.
+
+    urllib on its own follows these three (as a GET): only tribunal's handler stops them.
+    """
+    with judge_server() as elsewhere:
+        server.script = Script(status=status, location=elsewhere.url + "/chat/completions", body=b"")
+        assert ask(chat_judge, bench) == (False, "http-status")
+        assert elsewhere.requests == [] and len(server.requests) == 1
+
+
+@pytest.mark.parametrize("status", [307, 308])
+def test_a_redirect_that_keeps_the_post_is_never_followed(chat_judge: JudgeConfig, server: JudgeServer,
+                                                          bench: Workbench, status: int) -> None:
+    """Attack: a 307/308 asks the client to send the same POST, body and API key, to another host.
+
+    urllib itself refuses to redirect a POST on these, so this row holds
+    tribunal to that whatever handler it builds (``requests`` would re-send).
+    """
     with judge_server() as elsewhere:
         server.script = Script(status=status, location=elsewhere.url + "/chat/completions", body=b"")
         assert ask(chat_judge, bench) == (False, "http-status")
@@ -112,8 +130,14 @@ def test_a_redirect_is_never_followed(chat_judge: JudgeConfig, server: JudgeServ
 
 
 def test_an_unreachable_endpoint_is_a_connection_failure(chat_judge: JudgeConfig, bench: Workbench) -> None:
-    closed = chat_judge.model_copy(update={"endpoint": "http://127.0.0.1:9/v1"})
-    assert ask(closed, bench) == (False, "connection")
+    """Attack: a judge endpoint that refuses connections must fail closed as ``connection``, never pass.
+
+    The port is one this test holds bound but never listens on, so nothing else can answer there.
+    """
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        closed = chat_judge.model_copy(update={"endpoint": f"http://127.0.0.1:{held.getsockname()[1]}/v1"})
+        assert ask(closed, bench) == (False, "connection")
 
 
 def test_an_edited_rubric_is_refused_before_any_call(chat_judge: JudgeConfig, server: JudgeServer,

@@ -298,12 +298,14 @@ def test_redaction_refused_record_counts_without_content(tmp_path: Path) -> None
     assert b"hunter2" not in stored
 
 
-def test_the_attempt_id_is_scrubbed_because_plan_json_maps_it_to_the_candidate(tmp_path: Path) -> None:
-    """Attack: a candidate logs $TRIBUNAL_ATTEMPT_ID into its patch; anyone with plan.json derives who it was."""
+@pytest.mark.parametrize("short", [8, 11, 12, 16])
+def test_the_attempt_id_is_scrubbed_because_plan_json_maps_it_to_the_candidate(tmp_path: Path, short: int) -> None:
+    """Attack: a candidate logs $TRIBUNAL_ATTEMPT_ID (whole, or the 8-16 digit short hash people print) into its
+    patch; anyone with plan.json derives who it was."""
     hex_id = AID.removeprefix("sha256:")
-    run = make_run(f"working on {AID}\n", f"+run {AID}\n+again {hex_id.upper()}\n+short {hex_id[:12]} ok\n",
+    run = make_run(f"working on {AID}\n", f"+run {AID}\n+again {hex_id.upper()}\n+short {hex_id[:short]} ok\n",
                    "demo-labs", "model-x", "agent-x", "sess-1")
     registry = Registry.open(str(tmp_path / "reg"))
     retained = retain_candidate(run, Config(), registry)
     stored = registry.get(retained.result.transcript_digest) + retained.patch
-    assert hex_id.encode() not in stored.lower() and hex_id[:12].encode() not in stored
+    assert hex_id.encode() not in stored.lower() and hex_id[:short].encode() not in stored

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -40,21 +43,40 @@ def run(folders: tuple[Path, Path], code: str, *, exposure: Exposure | None = No
 
 def test_other_processes_and_their_environment_are_invisible(folders: tuple[Path, Path],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Attack: read the operator's secrets from /proc/<parent>/environ or any other process."""
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "operator-secret-123")
-    code = (
-        "import os, json\n"
-        "seen = {}\n"
-        "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
-        "    try: seen[pid] = open(f'/proc/{pid}/environ', 'rb').read().decode(errors='replace')\n"
-        "    except OSError as e: seen[pid] = 'denied'\n"
-        "env = dict(i.split('=', 1) for i in open('/proc/self/environ').read().split('\\0') if i)\n"
-        "print(json.dumps({'ppid': os.getppid(), 'env': env, 'procs': seen}))\n"
-    )
-    report = json.loads(run(folders, code).outcome.stdout)
+    """Attack: read the operator's secret from another process (its command line or environ) or inherit tribunal's.
+
+    A host process holding the secret in its command line and environment block
+    lives through the run (``monkeypatch.setenv`` alone changes no
+    ``/proc/<pid>/environ``). A sandbox sharing the host's pid namespace lists
+    it and reads its command line; its ``environ`` the kernel refuses anyway (a
+    process in a child user namespace may not ptrace-read one outside it). The
+    secret is in tribunal's own ``os.environ`` too, for the program to inherit
+    if the launcher passed it on and bwrap did not clear it.
+    """
+    secret = f"operator-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()", secret],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              env={"PATH": PATH, "AWS_SECRET_ACCESS_KEY": secret})
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
+        assert secret.encode() in Path(f"/proc/{holder.pid}/environ").read_bytes()  # there, for the host to read
+        code = (
+            "import os, json\n"
+            "seen = {}\n"
+            "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+            "    for part in ('cmdline', 'environ'):\n"
+            "        try: seen[pid + part] = open(f'/proc/{pid}/{part}', 'rb').read().decode(errors='replace')\n"
+            "        except OSError: seen[pid + part] = 'denied'\n"
+            "env = dict(i.split('=', 1) for i in open('/proc/self/environ').read().split('\\0') if i)\n"
+            "print(json.dumps({'ppid': os.getppid(), 'env': env, 'procs': seen}))\n"
+        )
+        report = json.loads(run(folders, code).outcome.stdout)
+    finally:
+        holder.communicate(b"")
     assert report["env"] == {"PATH": PATH}
-    assert "operator-secret-123" not in json.dumps(report)
-    assert len(report["procs"]) <= 3  # the namespace's init, env's exec'd program, nothing of the host
+    assert secret not in json.dumps(report)
+    assert len(report["procs"]) <= 2 * 3  # the namespace's init, env's exec'd program, nothing of the host
 
 
 def test_host_files_outside_the_allow_list_do_not_exist(folders: tuple[Path, Path], tmp_path: Path) -> None:
@@ -235,6 +257,36 @@ def test_a_script_whose_interpreter_is_invisible_is_refused(tmp_path: Path) -> N
     assert f"cannot see {tmp_path}/pyenv/python" in (sandbox.preflight([str(tool)], PATH) or "")
 
 
+def test_a_python_under_tmp_runs_or_is_refused_before_anything_runs(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attack on fail-closed: tribunal's Python in a venv under /tmp is shadowed by the private /tmp, so a grader
+    would die as "No such file" after preflight let it through; preflight refuses it, naming the path and the fix,
+    and the same venv declared read_only runs."""
+    root = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
+        python = str(root / "venv" / "bin" / "python")
+        venv = tuple(str(root / "venv" / name) for name in ("pyvenv.cfg", "bin", "lib"))
+        real_python_paths = sandbox_module.python_paths
+        monkeypatch.setattr(sandbox_module, "python_paths", lambda: (*real_python_paths(), *venv))
+        sandbox_module.system_mounts.cache_clear()
+        hint = "read_only of [grader_profiles.p] in tribunal.toml"
+        shadowed = Sandbox(SandboxConfig(), "grader", Exposure(hint=hint), ("PATH",))
+        assert shadowed.preflight([python, "-c", "print('ran')"], PATH) == (
+            f"the sandbox cannot see {python}: add it (or a folder above it) to {hint}")
+        declared = Sandbox(SandboxConfig(), "grader", Exposure(read_only=(str(root / "venv"),), hint=hint), ("PATH",))
+        assert declared.preflight([python, "-c", "print('ran')"], PATH) is None
+        workspace, io = tmp_path / "workspace", tmp_path / "io"
+        workspace.mkdir()
+        io.mkdir()
+        confined = run_confined(declared, [python, "-c", "print('ran')"], workspace=workspace, io=io,
+                                env={"PATH": PATH}, stdin=b"", timeout_s=60, max_output_bytes=4096)
+        assert confined.outcome.stdout == b"ran\n"
+    finally:
+        sandbox_module.system_mounts.cache_clear()
+        shutil.rmtree(root)
+
+
 def test_the_profile_records_walls_not_attempts(tmp_path: Path) -> None:
     """Two attempts of one candidate share one profile (no per-attempt path in it); network changes it."""
     none = Sandbox(SandboxConfig(), "candidate", Exposure(read_only=(str(tmp_path),)), ("PATH",))
@@ -337,3 +389,23 @@ def test_a_signing_key_reachable_through_a_symlink_is_refused(folders: tuple[Pat
     assert "PRIVATE KEY BYTES" in read.outcome.stdout.decode()  # the attack is real: the mount shows the key
     with pytest.raises(sandbox_module.SandboxUnavailable, match="inside a path a grader can read"):
         ensure_hidden(str(named), [Sandbox(SandboxConfig(), "grader", exposure, ("PATH",))])
+
+
+CGROUP_V2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+"""The unified hierarchy is mounted at /sys/fs/cgroup (cgroup v2); on v1 that folder holds one folder per controller."""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not CGROUP_V2,
+                    reason="needs root on cgroup v2 (RLIMIT_NPROC does not bind root; v1 runs the tests above)")
+def test_process_and_memory_limits_bind_root_on_cgroup_v2(folders: tuple[Path, Path]) -> None:
+    """Attack: as root on a cgroup v2 machine, fork past max_processes and share out more memory than memory_mb
+    between processes: both limits must still bind, and be named."""
+    bomb = ("import os, time\nfor _ in range(400):\n    try:\n        if os.fork() == 0:\n            time.sleep(30)"
+            "\n            os._exit(0)\n    except OSError:\n        print('limit'); break\n")
+    forked = run(folders, bomb, settings=SandboxConfig(max_processes=32), timeout_s=60)
+    assert b"limit" in forked.outcome.stdout and forked.limit == "processes" and not forked.escaped
+    hoard = ("import os, time\nfor _ in range(6):\n    if os.fork() == 0:\n"
+             "        hoard = bytearray(150 * 1024 * 1024)\n        for i in range(0, len(hoard), 4096):\n"
+             "            hoard[i] = 1\n        time.sleep(30)\n        os._exit(0)\ntime.sleep(8)\n")
+    shared = run(folders, hoard, settings=SandboxConfig(memory_mb=256), timeout_s=60)
+    assert shared.limit == "memory" and not shared.escaped
