@@ -337,3 +337,27 @@ def test_an_object_over_the_read_cap_is_a_finding_never_read(copy: Registry, pub
     reported = within_a_gib("report", "--plan", str(published["plan"]), "--registry", copy.url,
                             env=published["env"])
     assert reported.returncode == 1 and "Traceback" not in reported.stderr, reported.stderr
+
+
+def test_a_run_on_a_plan_whose_snapshot_holds_a_hard_link_writes_nothing_and_names_the_member(
+        copy: Registry, published: dict[str, Any], tmp_path: Path) -> None:
+    """Attack: a co-tenant of a shared registry freezes a plan whose case snapshot holds a hard link to a host
+    file followed by a member of its name; whoever runs that plan unpacks it on their machine."""
+    from registry import load_plan, plan_bytes
+    from registry._plan import compute_plan_hash
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("original\n")
+    plan = load_plan(published["plan"])
+    cases = [case.model_copy(update={"snapshot_digest": copy.put(hard_link_snapshot(victim))}) if n == 0 else case
+             for n, case in enumerate(plan.cases)]
+    body = plan.model_copy(update={"cases": cases, "experiment": "hostile"}).model_dump(mode="json")
+    hostile = tmp_path / "hostile.json"
+    hostile.write_bytes(plan_bytes(plan.model_validate({**body, "plan_hash": compute_plan_hash(body)})))
+    ran = tribunal("run", "--plan", str(hostile), "--registry", copy.url, "--config", str(published["trusting"]),
+                   "--json", env=published["env"])
+    assert victim.read_text() == "original\n"
+    assert "Traceback" not in ran.stderr, ran.stderr
+    assert "snapshot member 'evil' is a hard link" in ran.stdout + ran.stderr + json.dumps(
+        [json.loads(copy.get(entry.digest)) for entry in Registry.open(copy.url).entries(experiment_id="hostile")
+         if entry.role == Role.CANDIDATE_RESULT.value])
