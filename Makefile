@@ -9,7 +9,7 @@ INSPECT_VENV := .venv-inspect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_HOME ?= $(abspath $(VENV))/prefect-home
 
-.PHONY: demo test bench clean server chromium bubblewrap screenshot
+.PHONY: demo test test-fast bench clean server chromium bubblewrap screenshot
 
 PORT ?= 4200
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -40,10 +40,20 @@ else
 	@echo "model judge: skipped (set JUDGE_ENDPOINT to an OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1, and JUDGE_MODEL, to judge the demo too)"
 endif
 
+# Two pytest workers (one per core); a module's tests stay on one worker, so its shared registry is built once.
+PYTEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=10
+
 test: $(STAMP) chromium bubblewrap
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(PYTEST)
+
+# The inner loop: every threat test on the local registry; no S3 variants, no multi-process soaks, no browser.
+test-fast: $(STAMP) bubblewrap
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(PYTEST) -m "not slow and not s3" --ignore=tests/deployments
 
 # Refresh the README's screenshots of the Prefect UI (a regrade started from the UI, a nightly run's stages: the
 # browser tests, writing into the tracked docs/; `make test` leaves them alone and saves into a temporary folder).
