@@ -18,6 +18,7 @@ import io
 import os
 import stat
 import tarfile
+from collections import deque
 from pathlib import Path
 
 from registry._bounds import Bounds
@@ -76,6 +77,10 @@ class UnsafeArchive(RegistryError):
 
 
 PLAIN_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE)
+PATH_MAX = 4096
+"""The longest member name or link target unpacked (Linux's own limit for one path)."""
+LINK_WORK = 4_000_000
+"""Path components followed while resolving every symlink of one archive (tribunal's snapshots: a few)."""
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 LINK_HOPS = 40
 """Symlinks followed while resolving one path, as the kernel's own limit (ELOOP)."""
@@ -86,8 +91,10 @@ def unpack_archive(data: bytes, destination: Path, bounds: Bounds) -> None:
 
     Only regular files, directories and symlinks that resolve inside the
     tree are written; a hard link, a device, a FIFO, a sparse or setuid
-    member, a name that leaves the tree, passes through a symlink or comes
-    twice, and an archive over ``bounds`` are refused (UnsafeArchive naming
+    member, a name that leaves the tree, passes through a symlink, comes
+    twice or holds a ``.git`` (tribunal's snapshots never do: a planted git
+    config or ``gitdir`` file would steer the git tribunal runs on the
+    tree), and an archive over ``bounds`` are refused (UnsafeArchive naming
     the member) before anything is written, so no member can be written
     through another. Symlinks are made last. The caller checks the digest of
     ``data`` first (``Registry.get`` does).
@@ -133,6 +140,10 @@ def _checked(archive: tarfile.TarFile, bounds: Bounds) -> list[tarfile.TarInfo]:
             raise UnsafeArchive(f"snapshot member {member.name!r} has a setuid, setgid or sticky bit")
         if name in names:
             raise UnsafeArchive(f"snapshot member {member.name!r} comes twice")
+        if ".git" in name.split("/"):
+            raise UnsafeArchive(f"snapshot member {member.name!r} is git metadata, which snapshots never hold")
+        if len(member.linkname) > PATH_MAX:
+            raise UnsafeArchive(f"snapshot member {member.name!r} links to a path over {PATH_MAX} bytes")
         total += member.size
         if total > bounds.object_bytes:
             raise UnsafeArchive(f"the snapshot's files hold over {bounds.object_bytes} bytes "
@@ -141,12 +152,13 @@ def _checked(archive: tarfile.TarFile, bounds: Bounds) -> list[tarfile.TarInfo]:
         members.append(member)
         if member.issym():
             links[name] = member.linkname
+    budget = [LINK_WORK]
     for member in members:
         name = "/".join(_parts(member.name))
         parent = name.rsplit("/", 1)[0] if "/" in name else ""
-        if _resolved(parent, links) != (parent.split("/") if parent else []):
+        if _resolved(parent, links, budget) != (parent.split("/") if parent else []):
             raise UnsafeArchive(f"snapshot member {member.name!r} lies below a symlink")
-        if member.issym() and _resolved(name, links) is None:
+        if member.issym() and _resolved(name, links, budget) is None:
             raise UnsafeArchive(f"snapshot member {member.name!r} is a symlink to {member.linkname!r}, "
                                 "outside the snapshot (or in a loop)")
     return sorted(members, key=lambda member: len(_parts(member.name)))
@@ -155,18 +167,25 @@ def _checked(archive: tarfile.TarFile, bounds: Bounds) -> list[tarfile.TarInfo]:
 def _parts(name: str) -> list[str]:
     """A member's path as its components: relative, without ``.``; UnsafeArchive if absolute, empty or ``..``."""
     parts = [part for part in name.split("/") if part not in ("", ".")]
-    if name.startswith("/") or not parts or ".." in parts or "\0" in name:
+    if name.startswith("/") or not parts or ".." in parts or "\0" in name or len(name) > PATH_MAX:
         raise UnsafeArchive(f"snapshot member {name!r} does not name a path inside the snapshot")
     return parts
 
 
-def _resolved(path: str, links: dict[str, str]) -> list[str] | None:
-    """``path`` with the archive's own symlinks followed, as components under the root; None if it leaves it."""
+def _resolved(path: str, links: dict[str, str], budget: list[int]) -> list[str] | None:
+    """``path`` with the archive's own symlinks followed, as components under the root; None if it leaves it.
+
+    ``budget`` is the components all resolutions of one archive may still
+    follow: a snapshot of long link chains is refused, not resolved for ever.
+    """
     resolved: list[str] = []
-    pending = [part for part in path.split("/") if part]
+    pending = deque(part for part in path.split("/") if part)
     hops = 0
     while pending:
-        part = pending.pop(0)
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise UnsafeArchive(f"the snapshot's symlinks take over {LINK_WORK} steps to resolve")
+        part = pending.popleft()
         if part == ".":
             continue
         if part == "..":
@@ -181,7 +200,7 @@ def _resolved(path: str, links: dict[str, str]) -> list[str] | None:
             if hops > LINK_HOPS or target.startswith("/"):
                 return None
             resolved.pop()
-            pending = [piece for piece in target.split("/") if piece] + pending
+            pending.extendleft(reversed([piece for piece in target.split("/") if piece]))
     return resolved
 
 

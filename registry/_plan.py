@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Final, Literal
@@ -91,14 +92,34 @@ class CandidateSpec(Strict):
         return self
 
 
+MAX_ATTEMPTS = 1_000
+"""Attempts per (case, candidate): pass@k past a thousand tells nothing a thousand does not."""
+MAX_PLANNED = 10_000_000
+"""Attempts in one plan: ten times the largest run tribunal's benchmarks measure."""
+
+
+def _planned_within_caps(attempts: int, cases: int, candidates: int) -> None:
+    """Refuse a plan (or an experiment) that asks for more attempts than any reader should enumerate: a
+    hand-made ``attempts = 10**15`` would have every report, run and doctor list them until memory runs out."""
+    planned = attempts * cases * candidates
+    if planned > MAX_PLANNED:
+        raise ValueError(f"{cases} cases x {candidates} candidates x {attempts} attempts = {planned} planned "
+                         f"attempts, over the {MAX_PLANNED} one plan may hold: split the experiment")
+
+
 class ExperimentSpec(Strict):
     """The whole of experiment.toml."""
 
     experiment: Name
-    attempts: int = Field(default=1, ge=1)
+    attempts: int = Field(default=1, ge=1, le=MAX_ATTEMPTS)
     admit: AdmitRule = "all"
     case: list[CaseSpec] = Field(min_length=1)
     candidate: list[CandidateSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _within_caps(self) -> ExperimentSpec:
+        _planned_within_caps(self.attempts, len(self.case), len(self.candidate))
+        return self
 
 
 class PlanCase(OmitNone):
@@ -186,9 +207,10 @@ class Plan(Strict):
     def _ids_unique(self) -> Plan:
         """One case or candidate listed twice would run, seal and count the same attempt twice (a hand-written
         plan with a recomputed hash passes the drift check): freeze refuses it, and so does every reader."""
+        _planned_within_caps(self.attempts, len(self.cases), len(self.candidates))
         for table, ids in (("case", [case.id for case in self.cases]),
                            ("candidate", [candidate.id for candidate in self.candidates])):
-            twice = sorted({item for item in ids if ids.count(item) > 1})
+            twice = sorted(item for item, count in Counter(ids).items() if count > 1)
             if twice:
                 raise ValueError(f"{table} id {twice[0]!r} is listed more than once")
         return self

@@ -99,11 +99,13 @@ class ReplaySummary:
 
 
 def current_receipts(registry: Registry, attempt_ids: set[str] | None = None) -> list[ManifestEntry]:
-    """The newest grader receipt of every attempt (of ``attempt_ids``, if given), in manifest order."""
-    newest: dict[str, ManifestEntry] = {}
+    """The newest grader receipt of every attempt (of ``attempt_ids``, if given) in each experiment, in manifest
+    order: what a report of that experiment counts. Keyed by experiment too, so a receipt appended under another
+    experiment with the same attempt id cannot stand in for the one a report reads."""
+    newest: dict[tuple[str, str], ManifestEntry] = {}
     for entry in registry.entries(role=Role.GRADER_RECEIPT.value):
         if entry.attempt_id is not None and (attempt_ids is None or entry.attempt_id in attempt_ids):
-            newest[entry.attempt_id] = entry
+            newest[entry.experiment_id, entry.attempt_id] = entry
     return sorted(newest.values(), key=lambda entry: entry.seq)
 
 

@@ -156,19 +156,27 @@ def _template(snapshot_digest: str, snapshot: Snapshot, bench: Workbench) -> Pat
         template = Path(tempfile.mkdtemp(prefix="tribunal-case-", dir=bench.scratch))
         try:
             unpack_archive(snapshot(), template, reader_bounds())
-        except UnsafeArchive as error:
-            shutil.rmtree(template)
+            _commit_template(template)
+        except (UnsafeArchive, OSError) as error:
+            shutil.rmtree(template, ignore_errors=True)
             raise WorkspaceError(f"case snapshot {snapshot_digest} is refused: {error}") from None
-        git(["init", "-q", "--template="], template)
-        git(["add", "-A"], template)
-        git(["commit", "-q", "--allow-empty", "-m", "snapshot"], template)
-        git(["repack", "-a", "-d", "-q", "-n"], template)
-        git(["pack-refs", "--all", "--prune"], template)
-        for leftover in ("logs", "COMMIT_EDITMSG", "refs/heads", "refs/tags", "objects/info"):
-            path = template / ".git" / leftover
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        except WorkspaceError:
+            shutil.rmtree(template, ignore_errors=True)
+            raise
         bench.templates[snapshot_digest] = template
         return template
+
+
+def _commit_template(template: Path) -> None:
+    """Commit an unpacked snapshot into a fresh ``.git`` packed down to a handful of files."""
+    git(["init", "-q", "--template="], template)
+    git(["add", "-A"], template)
+    git(["commit", "-q", "--allow-empty", "-m", "snapshot"], template)
+    git(["repack", "-a", "-d", "-q", "-n"], template)
+    git(["pack-refs", "--all", "--prune"], template)
+    for leftover in ("logs", "COMMIT_EDITMSG", "refs/heads", "refs/tags", "objects/info"):
+        path = template / ".git" / leftover
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)

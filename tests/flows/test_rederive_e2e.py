@@ -188,6 +188,20 @@ def test_replay_flags_a_grader_output_swapped_for_another_valid_one(store: Regis
     assert kinds - {("replay-differs", seq)} == {("generation-unexplained", seq)}  # nothing re-derived caught it
 
 
+def test_a_receipt_under_another_experiment_cannot_stand_in_for_the_one_a_report_counts(
+        store: Registry, config: Path) -> None:
+    """Attack (red team): after forging generation 2 (a right fix's output for a wrong fix), append the honest
+    generation-1 records again under another experiment with the same attempt id: replay took that newer one as
+    the attempt's current verdict, reproduced it, and never ran the forged pass the report counts."""
+    victim, donor = graded(store, passed=False)[0], graded(store, passed=True)[0]
+    seq = swap_output(store, victim, donor)
+    data = store.get(victim.digest)
+    store.append([NewEntry(txn="decoy:receipt", role=Role.GRADER_RECEIPT.value, experiment_id="decoy",
+                           attempt_id=victim.attempt_id, digest=victim.digest, size=len(data), generation=3)])
+    code, body = replayed(store, config)
+    assert code == 1 and ("replay-differs", seq) in {(f["kind"], f["seq"]) for f in body["findings"]}
+
+
 def test_a_non_deterministic_grader_is_replayed_on_its_verdict_only(store: Registry, config: Path) -> None:
     """``deterministic = false``: another output with the same ``passed`` reproduces; a different verdict does not."""
     wrong = graded(store, passed=False)

@@ -176,3 +176,31 @@ def test_a_plan_listing_an_id_twice_is_refused_even_with_its_hash_recomputed(tmp
     forged.write_text(json.dumps(body))
     with pytest.raises(SpecError, match=f"id {body[table][0]['id']!r} is listed more than once"):
         load_plan(forged)
+
+
+def test_a_plan_asking_for_more_attempts_than_a_reader_can_list_is_refused(tmp_path: Path) -> None:
+    """Attack: a publisher's plan.json with ``attempts`` set to 10**15 (hash recomputed): every report, run and
+    doctor that lists its attempts ran out of memory with a traceback."""
+    spec = copy_demo(tmp_path / "exp")
+    _, data = freeze_experiment(spec, Registry.open(str(tmp_path / "reg")))
+    body = json.loads(data)
+    body["attempts"] = 10**15
+    body["plan_hash"] = compute_plan_hash(body)
+    (tmp_path / "plan.json").write_text(json.dumps(body))
+    with pytest.raises(SpecError, match="attempts"):
+        load_plan(tmp_path / "plan.json")
+    body["attempts"] = 1_000
+    body["cases"] = [dict(body["cases"][0], id=f"c{n}") for n in range(2_001)]
+    body["plan_hash"] = compute_plan_hash(body)
+    (tmp_path / "plan.json").write_text(json.dumps(body))
+    with pytest.raises(SpecError, match="2001 cases x 5 candidates x 1000 attempts = 10005000 planned attempts"):
+        load_plan(tmp_path / "plan.json")
+
+
+def test_an_experiment_asking_for_a_hundred_million_attempts_is_refused_at_freeze(tmp_path: Path) -> None:
+    """``attempts = 100000000`` in experiment.toml is refused with the cap, before anything is pinned."""
+    spec = copy_demo(tmp_path / "exp")
+    spec.write_text(spec.read_text().replace("attempts = 1\n", "attempts = 100000000\n"))
+    with pytest.raises(SpecError, match="attempts: Input should be less than or equal to 1000"):
+        freeze_experiment(spec, Registry.open(str(tmp_path / "reg")))
+    assert not (tmp_path / "reg" / "log").exists()

@@ -76,11 +76,17 @@ def test_a_hard_link_to_a_host_file_followed_by_a_member_of_its_name_writes_noth
     ([member("run", data=b"#!/bin/sh\n", mode=0o4755)], "setuid"),
     ([member("twice", data=b"a"), member("twice", data=b"b")], "comes twice"),
     ([member("twice", tarfile.DIRTYPE, mode=0o755), member("twice/", tarfile.DIRTYPE, mode=0o755)], "comes twice"),
+    ([member(".git/config", data=b'[filter "x"]\n\tclean = id > /tmp/pwned\n')], "is git metadata"),
+    ([member(".git", data=b"gitdir: /home/someone/repo/.git\n")], "is git metadata"),
+    ([member("sub/.git/HEAD", data=b"ref: refs/heads/main\n")], "is git metadata"),
+    ([member("long", tarfile.SYMTYPE, link="./" * 3000 + "x")], "links to a path over 4096 bytes"),
 ])
 def test_a_member_that_could_write_outside_or_plant_a_special_file_is_refused_before_any_write(
         tmp_path: Path, victim: Path, members: list[Member], named: str) -> None:
     """Attack: links out of the tree (directly, through a chain, below a symlink), escaping names, devices,
-    FIFOs, setuid files, names given twice: each refused, and nothing at all is written."""
+    FIFOs, setuid files, names given twice, git metadata (a planted config's filter ran as the host's user when
+    tribunal committed the tree; a ``gitdir`` file made it commit into another repository), a link target no
+    path can be: each refused, and nothing at all is written."""
     data = tar(member("first.txt", data=b"written first?\n"), *members)
     with pytest.raises(UnsafeArchive, match=re.escape(named)):
         unpack(data, tmp_path / "out")
@@ -110,3 +116,10 @@ def test_a_snapshot_tribunal_wrote_unpacks_to_the_same_tree(tmp_path: Path) -> N
     data = archive_tree(source)
     unpack(data, tmp_path / "out")
     assert archive_tree(tmp_path / "out") == data
+
+
+def test_link_chains_that_take_too_long_to_resolve_are_refused(tmp_path: Path) -> None:
+    """Attack: thousands of symlinks, each a long run of ``./``: resolving them all would spin for minutes."""
+    links = [member(f"l{n}", tarfile.SYMTYPE, link="./" * 2000 + "x") for n in range(2100)]
+    with pytest.raises(UnsafeArchive, match="take over 4000000 steps to resolve"):
+        unpack(tar(member("x", data=b"x"), *links), tmp_path / "out")
