@@ -20,14 +20,19 @@ from tests.helpers import copy_demo, tribunal
 PUBLIC_KEY_LINE = "public key "
 
 
-def signed_demo(tmp_path: Path, env: dict[str, str]) -> tuple[str, Path, Path, str]:
-    """The demo run on a registry whose anchor is a fresh key named in tribunal.toml: (registry, plan, config, key)."""
-    registry = str(tmp_path / "reg")
+def anchor_key(tmp_path: Path, registry: str, env: dict[str, str]) -> tuple[Path, str]:
+    """A fresh private key under ``tmp_path/keys``, recorded as ``registry``'s anchor: (key file, public key)."""
     key = tmp_path / "keys" / "signing.pem"
     key.parent.mkdir()
     made = tribunal("key", "init", "--out", str(key), "--registry", registry, env=env)
     assert made.returncode == 0, made.stderr
-    public = next(line for line in made.stdout.splitlines() if line.startswith(PUBLIC_KEY_LINE)).split()[2]
+    return key, next(line for line in made.stdout.splitlines() if line.startswith(PUBLIC_KEY_LINE)).split()[2]
+
+
+def signed_demo(tmp_path: Path, env: dict[str, str]) -> tuple[str, Path, Path, str]:
+    """The demo run on a registry whose anchor is a fresh key named in tribunal.toml: (registry, plan, config, key)."""
+    registry = str(tmp_path / "reg")
+    key, public = anchor_key(tmp_path, registry, env)
     spec = copy_demo(tmp_path / "exp")
     config = spec.parent / "tribunal.toml"
     config.write_text(config.read_text() + f'\n[signing]\nkey_file = "{key}"\n')
@@ -316,11 +321,7 @@ def test_the_signing_key_variable_signs_when_no_config_names_a_key(tmp_path: Pat
     """Attack on provenance: a key kept in $TRIBUNAL_SIGNING_KEY (no [signing] in tribunal.toml) must sign every
     record, and a config's key_file must win over a variable left pointing at another key."""
     registry = str(tmp_path / "reg")
-    key = tmp_path / "keys" / "signing.pem"
-    key.parent.mkdir()
-    made = tribunal("key", "init", "--out", str(key), "--registry", registry, env=cli_env)
-    assert made.returncode == 0, made.stderr
-    public = next(line for line in made.stdout.splitlines() if line.startswith(PUBLIC_KEY_LINE)).split()[2]
+    key, public = anchor_key(tmp_path, registry, cli_env)
     spec = copy_demo(tmp_path / "exp")
     config = spec.parent / "tribunal.toml"
     assert "[signing]" not in config.read_text()
