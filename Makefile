@@ -40,9 +40,7 @@ else
 	@echo "model judge: skipped (set JUDGE_ENDPOINT to an OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1, and JUDGE_MODEL, to judge the demo too)"
 endif
 
-# Two pytest workers (one per core); a module's tests stay on one worker, so its shared registry is built once.
-PYTEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=10
+PYTEST := $(BIN)/python -m pytest --durations=10
 
 test: $(STAMP) chromium bubblewrap
 	$(BIN)/ruff check .

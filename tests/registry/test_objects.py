@@ -59,3 +59,25 @@ def test_a_large_object_is_hashed_a_chunk_at_a_time_without_being_kept(store_url
     storage.put_if_absent("big", data)
     assert "sha256:" + str(storage.sha256("big")) == digest(data)
     assert storage.sha256("absent") is None
+
+
+def test_an_empty_object_reads_back_through_the_capped_reads(store_url: str) -> None:
+    """Reads are ranged up to the cap; an empty object (an empty patch) is still read, alone and in a batch."""
+    registry = Registry.open(store_url)
+    empty = registry.put(b"")
+    assert registry.get(empty) == b""
+    assert registry.storage.read_many([object_key(empty)]) == [b""]
+
+
+def test_an_object_over_the_read_cap_is_refused_without_being_read(store_url: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A file over the cap is damage no reader holds: refused by ``get``, a marker in a batch, no digest."""
+    from registry._bounds import Bounds
+    from registry._storage import OVER_CAP, OVERSIZED
+
+    registry = Registry.open(store_url)
+    big = registry.put(b"x" * 2048)
+    monkeypatch.setattr("registry._storage.reader_bounds", lambda: Bounds(object_bytes=1024))
+    with pytest.raises(ObjectCorrupt, match="over the 1024-byte read cap"):
+        registry.get(big)
+    assert registry.storage.read_many([object_key(big)]) == [OVERSIZED]
+    assert registry.storage.sha256(object_key(big)) == OVER_CAP
