@@ -274,13 +274,18 @@ class Sandbox:
 
     @cached_property
     def mounts(self) -> list[Mount]:
-        """Every mount, in order; per-run folders appear under neutral names."""
-        own = [Mount(path=TMP, kind="tmpfs"), Mount(path="/proc", kind="proc"),
+        """Every mount, in order; per-run folders appear under neutral names.
+
+        The private ``/tmp`` comes first: bwrap mounts in order, so anything
+        bound later under ``/tmp`` (tribunal's venv in a checkout there, a
+        declared path) stays visible instead of being hidden by it.
+        """
+        own = [Mount(path="/proc", kind="proc"),
                *(Mount(path=path, kind="ro") for path in PROC_READ_ONLY if os.path.exists(path)),
                Mount(path="/dev", kind="dev")]
         neutral = [Mount(path=WORKSPACE, kind="rw", source="workspace"),
                    Mount(path=IO_DIR, kind="rw" if self.role == "candidate" else "ro", source="io")]
-        return self._system + own + self._declared + neutral
+        return [Mount(path=TMP, kind="tmpfs"), *self._system, *own, *self._declared, *neutral]
 
     @cached_property
     def profile(self) -> SandboxProfile:
@@ -309,16 +314,10 @@ class Sandbox:
         return digest(self.profile_bytes)
 
     def sees(self, path: str) -> bool:
-        """Whether a host path exists at the same place inside the sandbox (and so does what it links to).
-
-        A system mount under ``/tmp`` (tribunal's own venv there) is shadowed by
-        the private ``/tmp`` mounted after it; declared paths are mounted later
-        and stay visible.
-        """
+        """Whether a host path exists at the same place inside the sandbox (and so does what it links to)."""
         if not self.isolated:
             return True
-        roots = [mount.path for mount in self._system if not _under(mount.path, [TMP])]
-        roots += [mount.path for mount in self._declared]
+        roots = [mount.path for mount in self._system + self._declared]
         return _under(path, roots) and _under(os.path.realpath(path), roots)
 
     def reaches(self, path: str) -> bool:

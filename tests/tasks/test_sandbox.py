@@ -257,11 +257,11 @@ def test_a_script_whose_interpreter_is_invisible_is_refused(tmp_path: Path) -> N
     assert f"cannot see {tmp_path}/pyenv/python" in (sandbox.preflight([str(tool)], PATH) or "")
 
 
-def test_a_python_under_tmp_runs_or_is_refused_before_anything_runs(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """Attack on fail-closed: tribunal's Python in a venv under /tmp is shadowed by the private /tmp, so a grader
-    would die as "No such file" after preflight let it through; preflight refuses it, naming the path and the fix,
-    and the same venv declared read_only runs."""
+def test_tribunals_python_in_a_venv_under_tmp_runs_in_the_sandbox(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installs anywhere (SPEC §18): tribunal's Python in a venv under /tmp (a CI checkout, a throwaway clone) was
+    hidden by the sandbox's private /tmp mounted after it, so every grader died "No such file" after preflight
+    let it through; the private /tmp is mounted first, so the venv is visible, undeclared."""
     root = Path(tempfile.mkdtemp(dir="/tmp"))
     try:
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
@@ -270,18 +270,16 @@ def test_a_python_under_tmp_runs_or_is_refused_before_anything_runs(tmp_path: Pa
         real_python_paths = sandbox_module.python_paths
         monkeypatch.setattr(sandbox_module, "python_paths", lambda: (*real_python_paths(), *venv))
         sandbox_module.system_mounts.cache_clear()
-        hint = "read_only of [grader_profiles.p] in tribunal.toml"
-        shadowed = Sandbox(SandboxConfig(), "grader", Exposure(hint=hint), ("PATH",))
-        assert shadowed.preflight([python, "-c", "print('ran')"], PATH) == (
-            f"the sandbox cannot see {python}: add it (or a folder above it) to {hint}")
-        declared = Sandbox(SandboxConfig(), "grader", Exposure(read_only=(str(root / "venv"),), hint=hint), ("PATH",))
-        assert declared.preflight([python, "-c", "print('ran')"], PATH) is None
+        sandbox = Sandbox(SandboxConfig(), "grader", Exposure(), ("PATH",))
+        assert sandbox.preflight([python, "-c", "print('ran')"], PATH) is None
         workspace, io = tmp_path / "workspace", tmp_path / "io"
         workspace.mkdir()
         io.mkdir()
-        confined = run_confined(declared, [python, "-c", "print('ran')"], workspace=workspace, io=io,
-                                env={"PATH": PATH}, stdin=b"", timeout_s=60, max_output_bytes=4096)
-        assert confined.outcome.stdout == b"ran\n"
+        confined = run_confined(sandbox, [python, "-c", "import json, os; print(json.dumps(os.listdir('/tmp')))"],
+                                workspace=workspace, io=io, env={"PATH": PATH}, stdin=b"", timeout_s=60,
+                                max_output_bytes=4096)
+        assert confined.outcome.exit_code == 0, confined.outcome.stdout
+        assert set(json.loads(confined.outcome.stdout)) == {"home", root.name}  # private: nothing else of the host's /tmp
     finally:
         sandbox_module.system_mounts.cache_clear()
         shutil.rmtree(root)
