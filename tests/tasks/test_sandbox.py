@@ -279,7 +279,7 @@ def test_tribunals_python_in_a_venv_under_tmp_runs_in_the_sandbox(tmp_path: Path
                                 workspace=workspace, io=io, env={"PATH": PATH}, stdin=b"", timeout_s=60,
                                 max_output_bytes=4096)
         assert confined.outcome.exit_code == 0, confined.outcome.stdout
-        assert set(json.loads(confined.outcome.stdout)) == {"home", root.name}  # private: nothing else of the host's /tmp
+        assert set(json.loads(confined.outcome.stdout)) == {"home", root.name}  # nothing else of the host's /tmp
     finally:
         sandbox_module.system_mounts.cache_clear()
         shutil.rmtree(root)
