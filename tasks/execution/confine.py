@@ -34,8 +34,6 @@ import json
 import os
 import shutil
 import signal
-import stat
-import subprocess
 import time
 import uuid
 from contextlib import AbstractContextManager
@@ -44,6 +42,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tasks.execution.host_paths import strip_setid
 from tasks.execution.process import ProcessOutcome, run_program
 from tasks.execution.sandbox import (
     HOME,
@@ -257,23 +256,8 @@ def run_confined(
         outcome = replace(outcome, spawn_error="the sandbox could not be set up")
     limit = reached or _signal_limit(outcome) or _full_file(outcome, workspace, sandbox)
     for shared in sandbox.exposure.read_write:
-        _strip_setid(Path(shared))
+        strip_setid(Path(shared))
     return Confined(outcome, limit=limit, escaped=escaped or not emptied)
-
-
-def _strip_setid(root: Path) -> None:
-    """Clear setuid/setgid bits a program left in a host path it could write.
-
-    Its files belong to tribunal's uid on the host (root, when tribunal runs
-    as root), so a setuid file left in a shared cache would run as that uid
-    for anyone who can reach the cache. The workspace needs no sweep: it
-    lives in tribunal's private scratch and the patch keeps no such bits.
-    """
-    found = subprocess.run(["find", str(root), "-xdev", "-perm", "/6000", "!", "-type", "l", "-print0"],
-                           capture_output=True, check=False).stdout
-    for path in filter(None, found.split(b"\0")):
-        mode = os.lstat(path).st_mode
-        os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
 
 
 def _signal_limit(outcome: ProcessOutcome) -> str | None:
