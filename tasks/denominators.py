@@ -11,9 +11,23 @@ candidate choose which of its failures disappear (SWE-bench's lesson that
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from tasks.verdict import REDACTION_REFUSED
+
+if TYPE_CHECKING:
+    from registry import AttemptRef
+
+
+def planned_attempts(candidate_ids: list[str], refs: Iterable[AttemptRef]) -> Counter[str]:
+    """The denominators: every planned attempt ``refs`` lists (the plan's admitted slice), by candidate.
+
+    Every candidate of the plan is counted, at 0 when the slice admits no case at all.
+    """
+    planned = Counter(dict.fromkeys(candidate_ids, 0))
+    planned.update(ref.candidate_id for ref in refs)
+    return planned
 
 
 def tally(planned: Counter[str], attempts: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:

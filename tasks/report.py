@@ -34,7 +34,7 @@ from registry import (
     release_free_memory,
 )
 from tasks.attempts import attempt_states, refused_attempts, summarize, unmeasured_reason
-from tasks.denominators import tally
+from tasks.denominators import planned_attempts, tally
 from tasks.execution.process import utc_timestamp
 from tasks.gates import calibration_status, judge_key
 from tasks.measurement.admission import admitted_cases, needs_validation, sibling_rules, slice_law
@@ -196,8 +196,7 @@ def build_report(registry: Registry, plan: Plan, grader_version: str | None = No
         grader_version)
     by_case = tally(Counter(ref.case_id for ref in refs), attempts, "case_id")
     cohorts = [{"case_id": case_id, "cohort_key": cohorts_of[case_id], **by_case[case_id]} for case_id in cohorts_of]
-    planned = Counter({candidate.id: 0 for candidate in plan.candidates})  # a slice may admit no case at all
-    planned.update(ref.candidate_id for ref in refs)
+    planned = planned_attempts([candidate.id for candidate in plan.candidates], refs)
     by_candidate = with_uncertainty(tally(planned, attempts, "candidate_id"), attempts, list(cohorts_of),
                                     plan.attempts)
     measured = [summaries[a["attempt_id"]] for a in attempts if a["attempt_id"] in summaries]

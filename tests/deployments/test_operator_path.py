@@ -105,10 +105,22 @@ def generations(registry: str) -> list[tuple[int, str]]:
             for e in Registry.open(registry).entries(role=Role.GRADER_RESULT)]
 
 
-def next_grader(config: Path, registry: str) -> tuple[int, str]:
-    """Install a grader with new bytes and a new version; return the generation and version a regrade must add."""
+def own_copy(stack: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    """The demo and the stack's registry copied for one test, so that test may change its grader or config and
+    no other test sees it, whatever the order."""
+    spec = copy_demo(tmp_path / "exp")
+    registry = tmp_path / "registry"
+    shutil.copytree(stack["registry"], registry)
+    return {"spec": spec, "config": spec.parent / "tribunal.toml", "registry": str(registry)}
+
+
+def next_grader(config: Path, registry: str, label: str) -> tuple[int, str]:
+    """Install a grader with new bytes and a new version; return the generation and version a regrade must add.
+
+    ``label`` keeps each test's version, and so its run's name, its own.
+    """
     generation = max(g for g, _ in generations(registry)) + 1
-    version = f"ops-{generation}"
+    version = f"{label}-{generation}"
     source = (DEMO / "graders" / "run_tests.py").read_text() + f"\n# {version}\n"
     install_grader(config, source, version)
     return generation, version
@@ -129,13 +141,15 @@ def test_the_nightly_schedule_is_on_the_server(stack: dict[str, Any]) -> None:
     assert Registry.open(stack["registry"]).entries(role="series-record")
 
 
-def test_regrade_started_through_the_api_lands_a_generation(stack: dict[str, Any]) -> None:
-    generation, version = next_grader(stack["config"], stack["registry"])
-    request = {"plan_path": stack["plan"], "registry_url": stack["registry"], "config_path": str(stack["config"]),
+def test_regrade_started_through_the_api_lands_a_generation(stack: dict[str, Any], tmp_path: Path) -> None:
+    """An operator regrades through the API: a new grader version lands one generation per attempt."""
+    own = own_copy(stack, tmp_path)
+    generation, version = next_grader(own["config"], own["registry"], "api")
+    request = {"plan_path": stack["plan"], "registry_url": own["registry"], "config_path": str(own["config"]),
                "profile": "unit-tests", "concurrency": 2}
     run = run_deployment(stack["api"], "regrade/regrade", {"request": request})
     assert run.state.is_completed(), run.state
-    assert generations(stack["registry"]).count((generation, version)) == 10
+    assert generations(own["registry"]).count((generation, version)) == 10
     assert api_call(stack["api"], lambda c: c.read_flow_run(run.id)).name == f"regrade-demo-{version}"
     keys = {a.key for a in api_call(stack["api"], lambda c: c.read_artifacts())
             if a.flow_run_id == run.id}
@@ -208,7 +222,9 @@ def screenshot(page: Any, tmp_path: Path, name: str) -> None:
 
 
 def test_regrade_started_from_the_ui_lands_a_generation(stack: dict[str, Any], tmp_path: Path) -> None:
-    generation, version = next_grader(stack["config"], stack["registry"])
+    """An operator regrades from the UI's custom-run form: a new grader version lands one generation per attempt."""
+    own = own_copy(stack, tmp_path)
+    generation, version = next_grader(own["config"], own["registry"], "ops")
     with browser_page() as page:
         page.goto(f"{stack['url']}/deployments")
         page.get_by_role("link", name="regrade", exact=True).first.click()
@@ -216,8 +232,8 @@ def test_regrade_started_from_the_ui_lands_a_generation(stack: dict[str, Any], t
         page.get_by_role("button", name="Run", exact=True).click()
         page.get_by_text("Custom run", exact=True).click()
         page.wait_for_url("**/run**")
-        fill = {"plan.json written by": stack["plan"], "A directory or s3://bucket/prefix.": stack["registry"],
-                "tribunal.toml; empty:": str(stack["config"])}
+        fill = {"plan.json written by": stack["plan"], "A directory or s3://bucket/prefix.": own["registry"],
+                "tribunal.toml; empty:": str(own["config"])}
         for description, value in fill.items():
             page.get_by_text(description).first.locator("xpath=following::textarea[1]").fill(value)
         profile = page.get_by_text("Grade every attempt with this profile")
@@ -230,7 +246,7 @@ def test_regrade_started_from_the_ui_lands_a_generation(stack: dict[str, Any], t
         appear(page, page.get_by_text("Completed", exact=True))
         show_tab(page, "Artifacts", page.get_by_text("pass-rates-demo"))
         screenshot(page, tmp_path, "operator-regrade.png")
-    assert generations(stack["registry"]).count((generation, version)) == 10
+    assert generations(own["registry"]).count((generation, version)) == 10
 
 
 def test_a_nightly_run_page_shows_the_pipeline_stages(stack: dict[str, Any], tmp_path: Path) -> None:
@@ -245,7 +261,7 @@ def test_a_nightly_run_page_shows_the_pipeline_stages(stack: dict[str, Any], tmp
 
 
 def test_a_regression_night_fails_its_run_and_the_alert_automation_fires(
-        stack: dict[str, Any], listener: tuple[int, list[bytes]]) -> None:
+        stack: dict[str, Any], listener: tuple[int, list[bytes]], tmp_path: Path) -> None:
     """The operator's alert path: a notification block, the automation of ``deployments/alerts.py``, a night
     whose candidate broke a canary case -> the deployment run is Failed and the block's webhook is called."""
     from prefect.blocks.notifications import CustomWebhookNotificationBlock
@@ -260,7 +276,8 @@ def test_a_regression_night_fails_its_run_and_the_alert_automation_fires(
         install_alert("custom-webhook/nightly-alerts")
         install_alert("custom-webhook/nightly-alerts")  # again: replaces, never duplicates
     assert len(api_call(stack["api"], lambda c: c.read_automations_by_name(AUTOMATION_NAME))) == 1
-    config, spec = stack["config"], stack["config"].parent / "experiment.toml"
+    own = own_copy(stack, tmp_path)
+    config, spec = own["config"], own["spec"]
     config.write_text(config.read_text() + '\n[series.regression]\ncanaries = ["off-by-one"]\n')
     fixer = spec.parent / "agents" / "fixer.py"
     broken = {"import CORRECT, apply": "import CORRECT, WRONG, apply",
@@ -269,7 +286,7 @@ def test_a_regression_night_fails_its_run_and_the_alert_automation_fires(
     for old, new in broken.items():
         source = source.replace(old, new)
     fixer.write_text(source)
-    request = {"experiment_path": str(spec), "registry_url": stack["registry"], "config_path": str(config),
+    request = {"experiment_path": str(spec), "registry_url": own["registry"], "config_path": str(config),
                "date": "2026-12-04", "concurrency": 2, "plan_dir": None}
     night = run_deployment(stack["api"], "nightly/nightly", {"request": request})
     assert night.state.is_failed(), night.state

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -231,3 +233,74 @@ def test_calibration_binds_bytes_and_an_unaudited_head_is_never_published(fresh_
     monkeypatch.setattr(publishing, "audit_registry", audit_registry)
     assert publishing.publish(store, load_plan(fresh_demo["plan"]),
                               load_config(fresh_demo["config"])).audit.decision == "commit"
+
+
+WRITER = """\
+import json, sys, time
+from pathlib import Path
+from registry import NewEntry, Registry, Role
+store, stop, n = Registry.open(sys.argv[1]), Path(sys.argv[2]), 0
+while not stop.exists():
+    body = json.dumps({"another_writer": n}).encode()
+    store.append([NewEntry(txn=f"another-writer:{n}", role=Role.REPORT.value, experiment_id="demo",
+                           digest=store.put(body), size=len(body))])
+    n += 1
+    time.sleep(0.005)
+"""
+"""Another process appending to the registry as fast as it can, until ``stop`` exists."""
+
+
+@contextmanager
+def another_writer(demo: dict[str, Any], stop: Path) -> Iterator[None]:
+    """A second process appends records in a tight loop for the whole block (it has appended before the block)."""
+    import subprocess
+    import sys
+    import time
+
+    registry = Registry.open(demo["registry"])
+    before = registry.head()
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, demo["registry"], str(stop)],
+                              env={**demo["env"], "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    try:
+        deadline = time.monotonic() + 120
+        while registry.head() == before:
+            assert writer.poll() is None and time.monotonic() < deadline, "the other writer appended nothing"
+            time.sleep(0.05)
+        yield
+    finally:
+        stop.touch()
+        writer.wait(timeout=120)
+
+
+PUBLISH_ROUNDS = 5
+
+
+def test_a_writer_appending_between_the_audit_and_the_report_holds_the_publication(
+        fresh_demo: dict[str, Any]) -> None:
+    """Attack: another process appends while `report --publish` runs; a report over entries nobody audited
+    must never be published (no monkeypatch: a real second writer, until it lands between audit and report)."""
+    assert calibrate(fresh_demo, write_set(fresh_demo, "agreed.jsonl", leaky_label="pass")).returncode == 0
+    for round_ in range(PUBLISH_ROUNDS):
+        with another_writer(fresh_demo, fresh_demo["dir"] / f"stop-{round_}"):
+            published = tribunal("report", "--plan", str(fresh_demo["plan"]), "--registry", fresh_demo["registry"],
+                                 "--config", str(fresh_demo["config"]), "--publish", env=fresh_demo["env"])
+        store = Registry.open(fresh_demo["registry"])
+        audit = json.loads(store.get(store.entries(role=Role.AUDIT_RECORD.value)[-1].digest))
+        reported = json.loads(store.get(audit["scope"]["report"]))["manifest_head"]
+        publications = [json.loads(store.get(e.digest)) for e in store.entries(role=Role.PUBLICATION.value)]
+        named = [p for p in publications if p["report_digest"] == audit["scope"]["report"]]
+        if reported == audit["manifest_head"]:  # the writer landed before the audit or after the report
+            assert audit["decision"] == "commit" and published.returncode == 0 and named, published.stderr
+            continue
+        audited_seq, reported_seq = (int(head.split(":")[0]) for head in (audit["manifest_head"], reported))
+        between = [e.txn for e in store.entries() if audited_seq < e.seq <= reported_seq]
+        assert between and all(txn.startswith("another-writer:") for txn in between), between
+        assert published.returncode == 1 and audit["decision"] == "hold" and not named, published.stderr
+        assert audit["checks"]["same_head"] is False
+        assert all(passed for rule, passed in audit["checks"].items() if rule != "same_head"), audit["checks"]
+        said = " ".join(published.stderr.split())
+        assert (f"hold: the manifest moved between the audit ({audit['manifest_head']}) and the report "
+                f"({reported}): another writer appended; publish again") in said, said
+        assert "not published: audit decision hold" in said
+        return
+    pytest.fail(f"the other writer never landed between the audit and the report in {PUBLISH_ROUNDS} rounds")

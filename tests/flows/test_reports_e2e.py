@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from registry import ManifestEntry, NewEntry, Registry, Role, canonical_json, check_registry, digest
+from registry import GraderReceipt, ManifestEntry, NewEntry, Registry, Role, canonical_json, check_registry, digest
 from tasks.audit import audit_registry
 from tasks.sealing import seal_receipt
 from tests.flows.test_regrade_e2e import STRICT_GRADER, run_demo
@@ -234,8 +234,8 @@ def test_doctor_walks_every_generation_newest_first(regraded: dict, tmp_path: Pa
         ("generation-unexplained", forged.seq), ("receipt-seal-broken", forged.seq)]
 
 
-RECEIPT_FIELDS = ["attempt_id", "grader_profile", "grader_id", "grader_version", "required", "passed",
-                  "input_hash", "output_hash", "result_hash", "integrity_hash"]
+RECEIPT_FIELDS = list(GraderReceipt.model_fields)
+"""Every field of the sealed receipt, from the model: a field added later is flipped too."""
 
 
 @pytest.mark.parametrize("field", RECEIPT_FIELDS)
@@ -243,11 +243,13 @@ def test_doctor_fails_after_any_receipt_field_is_flipped(regraded: dict, tmp_pat
     """Attack: any single receipt field edited, the edited receipt stored and appended as the next generation."""
     store, attempt, newest = forged_copy(regraded, tmp_path)
     body = receipt_of(store, newest)
-    value = body[field]
+    value = body[field]  # the receipt under attack carries every field (grader_sha256 and sandbox_profile too)
     body[field] = ((not value) if isinstance(value, bool)
                    else ("sha256:" + "0" * 64 if str(value).startswith("sha256:") else value + "x"))
     forged = forge(store, Role.GRADER_RECEIPT, canonical_json(body), attempt, 3)
-    assert ("receipt-seal-broken", forged.seq) in receipt_findings(store)
+    # schema_version is a Literal: an edited one no longer parses as a receipt at all
+    expected = "receipt-unreadable" if field == "schema_version" else "receipt-seal-broken"
+    assert (expected, forged.seq) in receipt_findings(store)
 
 
 def test_failures_are_labelled_by_the_earliest_failed_gate(regraded: dict) -> None:  # type: ignore[type-arg]

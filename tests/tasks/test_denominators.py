@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry import GraderResult
-from tasks.denominators import tally
+from registry import GraderResult, Plan, PlanCandidate, PlanCase
+from tasks.denominators import planned_attempts, tally
 from tasks.report_formats import to_html, to_markdown
 from tasks.verdict import terminal_class
 
@@ -17,14 +16,27 @@ CLASSES = ["resolved", "candidate_failure", "harness_invalid", "grader_failure",
 """None: the attempt has no sealed verdict (unmeasured)."""
 
 
-def _report(outcomes: dict[str, list[str | None]]) -> dict[str, Any]:
-    attempts = [{"attempt_id": f"{name}-{i}", "case_id": f"c{i}", "candidate_id": name, "index": 0,
-                 "terminal_class": verdict, "resolved": verdict == "resolved", "grader_id": "g", "grader_version": "1",
-                 "generation": 1, "isolated": True, "failure_labels": []}
-                for name, verdicts in outcomes.items() for i, verdict in enumerate(verdicts) if verdict is not None]
-    unmeasured = [{"attempt_id": f"{name}-{i}", "case_id": f"c{i}", "candidate_id": name, "index": 0, "reason": "lost"}
-                  for name, verdicts in outcomes.items() for i, verdict in enumerate(verdicts) if verdict is None]
-    planned = Counter({name: len(verdicts) for name, verdicts in outcomes.items()})
+def _plan(candidates: list[str], cases: int, attempts: int) -> Plan:
+    """A frozen plan of ``cases`` cases x ``candidates`` x ``attempts`` (only its shape matters here)."""
+    digest = "sha256:" + "0" * 64
+    return Plan(experiment="x", experiment_dir="/x", attempts=attempts, plan_hash=digest,
+                cases=[PlanCase(id=f"c{i}", snapshot_digest=digest, prompt_hash=digest, grader_profile="p")
+                       for i in range(cases)],
+                candidates=[PlanCandidate(id=name, kind="command", command=["true"], provider="p", model="m")
+                            for name in candidates])
+
+
+def _report(plan: Plan, verdicts: list[str | None]) -> dict[str, Any]:
+    """The report of ``plan`` when its attempts, in plan order, ended as ``verdicts`` (None: unmeasured)."""
+    refs = list(plan.attempt_refs())
+    attempts = [{"attempt_id": ref.attempt_id, "case_id": ref.case_id, "candidate_id": ref.candidate_id,
+                 "index": ref.index, "terminal_class": verdict, "resolved": verdict == "resolved", "grader_id": "g",
+                 "grader_version": "1", "generation": 1, "isolated": True, "failure_labels": []}
+                for ref, verdict in zip(refs, verdicts, strict=True) if verdict is not None]
+    unmeasured = [{"attempt_id": ref.attempt_id, "case_id": ref.case_id, "candidate_id": ref.candidate_id,
+                   "index": ref.index, "reason": "lost"}
+                  for ref, verdict in zip(refs, verdicts, strict=True) if verdict is None]
+    planned = planned_attempts([candidate.id for candidate in plan.candidates], refs)  # as build_report derives it
     by_candidate = tally(planned, attempts, "candidate_id")
     return {"experiment": "x", "layer": "l", "graders": ["g@1"], "calibration": {}, "release_grade": True,
             "report_digest": "sha256:" + "0" * 64, "manifest_head": "1:x", "generated_at": "now", "attempts": attempts,
@@ -33,18 +45,24 @@ def _report(outcomes: dict[str, list[str | None]]) -> dict[str, Any]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.dictionaries(st.sampled_from(["a", "b", "c"]), st.lists(st.sampled_from(CLASSES), min_size=1, max_size=12),
-                       min_size=1))
-def test_rates_agree_in_every_format_and_denominators_are_planned(outcomes: dict[str, list[str | None]]) -> None:
-    """Attack: make failures vanish from a denominator; every format must show resolved / planned."""
-    report = _report(outcomes)
+@given(st.data(), st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True),
+       st.integers(1, 4), st.integers(1, 3))
+def test_rates_agree_in_every_format_and_denominators_are_planned(data: st.DataObject, candidates: list[str],
+                                                                  cases: int, runs: int) -> None:
+    """Attack: make failures vanish from a denominator; every format must show resolved / planned, planned being
+    what the plan lists (cases x attempts per candidate), not what happened to be recorded."""
+    plan = _plan(candidates, cases, runs)
+    refs = list(plan.attempt_refs())
+    verdicts = data.draw(st.lists(st.sampled_from(CLASSES), min_size=len(refs), max_size=len(refs)))
+    report = _report(plan, verdicts)
     markdown, page = to_markdown(report), to_html(report, {})
-    for name, verdicts in outcomes.items():
+    for name in candidates:
+        own = [verdict for ref, verdict in zip(refs, verdicts, strict=True) if ref.candidate_id == name]
         entry = report["summary"]["candidates"][name]
-        assert entry["planned"] == len(verdicts)
-        assert entry["unmeasured"] == verdicts.count(None)
+        assert entry["planned"] == len(plan.cases) * plan.attempts
+        assert entry["unmeasured"] == own.count(None)
         assert sum(entry["classes"].values()) + entry["unmeasured"] == entry["planned"]
-        assert entry["pass_rate"] == round(verdicts.count("resolved") / len(verdicts), 4)
+        assert entry["pass_rate"] == round(own.count("resolved") / entry["planned"], 4)
         rate = f"{100 * entry['pass_rate']:.1f}%"
         assert f"| {name} | {entry['planned']} | {entry['resolved']} | {entry['unmeasured']} | {rate} |" in markdown
         assert (f"<td>{name}</td><td>{entry['planned']}</td><td>{entry['resolved']}</td>"
