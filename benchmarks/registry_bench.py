@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.results import write_section  # noqa: E402
 from registry import NewEntry, Registry  # noqa: E402
 from registry._entry import rows_to_table, seal_entries, utc_now  # noqa: E402
-from registry._manifest import encode_table  # noqa: E402
+from registry._parquet import encode_table  # noqa: E402
 from registry._storage import open_storage  # noqa: E402
 
 WRITERS = 4

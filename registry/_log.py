@@ -36,15 +36,8 @@ from registry._chain import (
 from registry._entry import ENTRY_SCHEMA
 from registry._errors import ManifestCorrupt
 from registry._layout import LOG_DIR, commit_key, commit_version, list_segments, segment_chain, segment_key
-from registry._manifest import (
-    COMMITS_KEY,
-    READ_BATCH,
-    SEGMENT_COMMITS,
-    ManifestOversized,
-    decode_table,
-    read_commits,
-    read_manifest_file,
-)
+from registry._manifest import COMMITS_KEY, READ_BATCH, SEGMENT_COMMITS, read_commits
+from registry._parquet import ManifestOversized, decode_table, read_manifest_file
 from registry._storage import Storage
 from registry._workers import Workers
 

@@ -18,8 +18,8 @@ import pytest
 from registry import Judgement, NewEntry, Registry, Role, canonical_json, digest
 from registry._entry import entry_hash, rows_to_table
 from registry._layout import commit_key
-from registry._manifest import decode_table, encode_table
 from registry._objects import object_key
+from registry._parquet import decode_table, encode_table
 from tests.flows.test_signing_e2e import doctor, signed_demo
 from tests.helpers import tribunal
 

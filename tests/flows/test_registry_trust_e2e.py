@@ -14,8 +14,8 @@ import pytest
 
 from registry import Registry, Role
 from registry._layout import segment_key
-from registry._manifest import decode_table, encode_table
 from registry._objects import object_key
+from registry._parquet import decode_table, encode_table
 from tests.flows.test_regrade_e2e import run_demo
 from tests.helpers import tribunal
 

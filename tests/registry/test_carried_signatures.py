@@ -8,7 +8,7 @@ from pathlib import Path
 from registry import NewEntry, Registry, Role, Signer, canonical_json, check_registry, write_private_key
 from registry._chain import check_entry_hashes
 from registry._entry import LEGACY_SCHEMA, entry_hash, rows_to_table
-from registry._manifest import decode_table, encode_table
+from registry._parquet import decode_table, encode_table
 from registry._signatures import ensure_signed
 from registry._signing import SIGNATURE_ROLE, Subject
 

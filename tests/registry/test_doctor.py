@@ -10,8 +10,9 @@ import registry._log as log_module
 import registry._manifest as manifest_module
 from registry import NewEntry, Pin, Registry, check_registry
 from registry._entry import entry_hash, rows_to_table
-from registry._manifest import commit_key, decode_table, encode_table, segment_key
+from registry._manifest import commit_key, segment_key
 from registry._objects import object_key
+from registry._parquet import decode_table, encode_table
 
 
 def build(url: str, commits: int = 4) -> Registry:

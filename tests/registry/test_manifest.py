@@ -11,8 +11,9 @@ import pytest
 import registry._manifest as manifest_module
 from registry import ManifestCorrupt, NewEntry, Registry, RegistryError, check_registry
 from registry._entry import entry_hash, rows_to_table
-from registry._manifest import commit_key, decode_table, encode_table, list_segments, segment_key
+from registry._manifest import commit_key, list_segments, segment_key
 from registry._objects import object_key
+from registry._parquet import decode_table, encode_table
 
 
 def draft(txn: str, registry: Registry, role: str = "test", attempt_id: str | None = None) -> NewEntry:

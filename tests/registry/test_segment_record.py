@@ -23,7 +23,8 @@ import registry._log as log_module
 import registry._manifest as manifest_module
 from registry import ManifestCorrupt, NewEntry, Registry, check_registry, digest
 from registry._entry import entry_hash
-from registry._manifest import COMMITS_KEY, commit_key, decode_table, encode_table, segment_key
+from registry._manifest import COMMITS_KEY, commit_key, segment_key
+from registry._parquet import decode_table, encode_table
 from registry._storage import LocalStorage
 from tests.registry.test_doctor import build, read_rows, write_rows
 

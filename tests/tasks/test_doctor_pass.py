@@ -23,8 +23,8 @@ from benchmarks.signing_bench import build
 from registry import Registry, Role
 from registry._entry import rows_to_table
 from registry._layout import commit_key, segment_key
-from registry._manifest import decode_table, encode_table
 from registry._objects import object_key
+from registry._parquet import decode_table, encode_table
 from tasks.audit import audit_registry
 
 ATTEMPTS = 20
