@@ -27,6 +27,7 @@ from flows.cli_options import (
     open_registry,
     print_json,
     replay_count,
+    replay_settings,
 )
 from flows.console import (
     err,
@@ -171,7 +172,7 @@ def doctor(
     pins = [Pin.parse(text) for text in pin or []]
     keys = [parse_public_key(text) for text in trust or []]
     count = replay_count(replay)
-    replay_config = load_config(find_config(str(config) if config else None)) if replay is not None else None
+    replay_config = replay_settings(config) if replay is not None else None
     if plan is not None:
         load_plan(plan)
     store = open_registry(registry)
@@ -181,7 +182,6 @@ def doctor(
     if replay_config is not None:
         from tasks.replay import replay as replay_verdicts
 
-        ensure_backend(replay_config.sandbox)
         with err.status("replaying graders..."):
             replayed = replay_verdicts(store, replay_config, count)
         report = report.model_copy(update={"findings": report.findings + replayed.findings})

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from registry import Registry, UsageError, canonical_json, find_config, load_config, resolve_registry_url
+from registry import Config, Registry, UsageError, canonical_json, find_config, load_config, resolve_registry_url
 from registry._config import DEFAULT_CONFIG_NAME
 
 RegistryOption = Annotated[
@@ -46,6 +46,16 @@ def open_registry(option: str | None, *, signing_config: Path | None = None, sig
 def print_json(value: object) -> None:
     """Print canonical JSON on stdout (stable for scripts and diffs)."""
     sys.stdout.write(canonical_json(value).decode() + "\n")
+
+
+def replay_settings(option: Path | None) -> Config:
+    """The config whose pinned graders and ``[sandbox]`` replay verdicts (``--config``, ``$TRIBUNAL_CONFIG`` or
+    ``./tribunal.toml``), its sandbox backend checked before anything runs."""
+    from tasks.execution.sandbox import ensure_backend
+
+    settings = load_config(find_config(str(option) if option else None))
+    ensure_backend(settings.sandbox)
+    return settings
 
 
 def replay_count(option: str | None) -> int | None:

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from flows.cli_options import RegistryOption, open_registry, print_json, replay_count
+from flows.cli_options import RegistryOption, open_registry, print_json, replay_count, replay_settings
 from flows.console import err, out, render_comparison, render_paired, render_report, table_text
-from registry import Plan, Registry, UsageError, canonical_json, ensure_signed, find_config, load_config, load_plan
+from registry import Plan, Registry, UsageError, canonical_json, ensure_signed, load_plan
 
 if TYPE_CHECKING:
     from tasks.publish import Decision
@@ -124,16 +124,14 @@ def publish_report(store: Registry, plan: Plan, grader_version: str | None, conf
     it needs their tribunal.toml (``--config``, ``$TRIBUNAL_CONFIG`` or
     ``./tribunal.toml``).
     """
-    from tasks.execution.sandbox import ensure_backend
     from tasks.publish import publish
 
     store.ensure_can_sign()  # a publication is the owner's: a reader's copy cannot make one
     count = replay_count(replay)
     try:
-        settings = load_config(find_config(str(config) if config else None))
+        settings = replay_settings(config)
     except UsageError as error:
         raise UsageError(f"--publish replays the verdicts with your pinned graders: {error}") from None
-    ensure_backend(settings.sandbox)
     with err.status("auditing the report's scope and replaying its verdicts..."):
         decision = publish(store, plan, settings, grader_version, count)
     audit = decision.audit

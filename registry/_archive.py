@@ -102,8 +102,8 @@ def unpack_archive(data: bytes, destination: Path, bounds: Bounds) -> None:
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
             members = _checked(archive, bounds)
-            for member in members:
-                target = destination.joinpath(*_parts(member.name))
+            for member, parts in members:
+                target = destination.joinpath(*parts)
                 target.parent.mkdir(parents=True, exist_ok=True)  # no parent is a symlink (checked)
                 if member.isdir():
                     target.mkdir(mode=0o755, exist_ok=True)
@@ -113,26 +113,27 @@ def unpack_archive(data: bytes, destination: Path, bounds: Bounds) -> None:
                     with open(target, "xb") as sink:
                         sink.write(source.read())
                     target.chmod(0o755 if member.mode & stat.S_IXUSR else 0o644)
-            for member in members:
+            for member, parts in members:
                 if member.issym():
-                    os.symlink(member.linkname, destination.joinpath(*_parts(member.name)))
+                    os.symlink(member.linkname, destination.joinpath(*parts))
     except (tarfile.TarError, EOFError) as error:
         raise UnsafeArchive(f"the snapshot is not a readable tar archive ({error})") from None
     except OSError as error:  # e.g. a file member below another file member
         raise UnsafeArchive(f"the snapshot cannot be unpacked: {error.strerror} ({error.filename})") from None
 
 
-def _checked(archive: tarfile.TarFile, bounds: Bounds) -> list[tarfile.TarInfo]:
-    """Every member, in an order that makes parents first; UnsafeArchive at the first one refused."""
-    members: list[tarfile.TarInfo] = []
+def _checked(archive: tarfile.TarFile, bounds: Bounds) -> list[tuple[tarfile.TarInfo, list[str]]]:
+    """Every member with its path's components, parents first; UnsafeArchive at the first one refused."""
+    members: list[tuple[tarfile.TarInfo, list[str]]] = []
     names: set[str] = set()
-    links: dict[str, str] = {}
+    links = _Links()
     total = 0
     for member in archive:
         if len(members) >= bounds.archive_members:
             raise UnsafeArchive(f"the snapshot holds over {bounds.archive_members} members "
                                 f"({bounds.env_hint('archive_members')})")
-        name = "/".join(_parts(member.name))
+        parts = _parts(member.name)
+        name = "/".join(parts)
         if not (member.isdir() or member.issym() or member.type in PLAIN_TYPES) or member.sparse is not None:
             raise UnsafeArchive(f"snapshot member {member.name!r} is {_kind(member)}: only regular files, "
                                 "directories and symlinks are unpacked")
@@ -140,7 +141,7 @@ def _checked(archive: tarfile.TarFile, bounds: Bounds) -> list[tarfile.TarInfo]:
             raise UnsafeArchive(f"snapshot member {member.name!r} has a setuid, setgid or sticky bit")
         if name in names:
             raise UnsafeArchive(f"snapshot member {member.name!r} comes twice")
-        if ".git" in name.split("/"):
+        if ".git" in parts:
             raise UnsafeArchive(f"snapshot member {member.name!r} is git metadata, which snapshots never hold")
         if len(member.linkname) > PATH_MAX:
             raise UnsafeArchive(f"snapshot member {member.name!r} links to a path over {PATH_MAX} bytes")
@@ -149,19 +150,16 @@ def _checked(archive: tarfile.TarFile, bounds: Bounds) -> list[tarfile.TarInfo]:
             raise UnsafeArchive(f"the snapshot's files hold over {bounds.object_bytes} bytes "
                                 f"({bounds.env_hint('object_bytes')})")
         names.add(name)
-        members.append(member)
+        members.append((member, parts))
         if member.issym():
-            links[name] = member.linkname
-    budget = [LINK_WORK]
-    for member in members:
-        name = "/".join(_parts(member.name))
-        parent = name.rsplit("/", 1)[0] if "/" in name else ""
-        if _resolved(parent, links, budget) != (parent.split("/") if parent else []):
+            links.add(parts, member.linkname)
+    for member, parts in members:
+        if links.crossed(parts[:-1]):
             raise UnsafeArchive(f"snapshot member {member.name!r} lies below a symlink")
-        if member.issym() and _resolved(name, links, budget) is None:
+        if member.issym() and not links.stays_inside(parts):
             raise UnsafeArchive(f"snapshot member {member.name!r} is a symlink to {member.linkname!r}, "
                                 "outside the snapshot (or in a loop)")
-    return sorted(members, key=lambda member: len(_parts(member.name)))
+    return sorted(members, key=lambda pair: len(pair[1]))
 
 
 def _parts(name: str) -> list[str]:
@@ -172,36 +170,67 @@ def _parts(name: str) -> list[str]:
     return parts
 
 
-def _resolved(path: str, links: dict[str, str], budget: list[int]) -> list[str] | None:
-    """``path`` with the archive's own symlinks followed, as components under the root; None if it leaves it.
+class _Links:
+    """The archive's own symlinks, to resolve member paths against, in steps of constant cost.
 
-    ``budget`` is the components all resolutions of one archive may still
-    follow: a snapshot of long link chains is refused, not resolved for ever.
+    Each path prefix that leads to a symlink is a node (``(parent node,
+    component)`` -> node): following one component is one dictionary look-up,
+    however deep the path, and a prefix no link lies under is ``OFF`` (none of
+    its extensions can be a link). Every resolution of one archive shares one
+    budget of steps, so long link chains are refused, not followed for ever.
     """
-    resolved: list[str] = []
-    pending = deque(part for part in path.split("/") if part)
-    hops = 0
-    while pending:
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise UnsafeArchive(f"the snapshot's symlinks take over {LINK_WORK} steps to resolve")
-        part = pending.popleft()
-        if part == ".":
-            continue
-        if part == "..":
-            if not resolved:
-                return None
-            resolved.pop()
-            continue
-        resolved.append(part)
-        target = links.get("/".join(resolved))
-        if target is not None:
+
+    ROOT, OFF = 0, -1
+
+    def __init__(self) -> None:
+        self._nodes: dict[tuple[int, str], int] = {}
+        self._targets: dict[int, str] = {}
+        self._budget = LINK_WORK
+
+    def add(self, parts: list[str], target: str) -> None:
+        node = self.ROOT
+        for part in parts:
+            node = self._nodes.setdefault((node, part), len(self._nodes) + 1)
+        self._targets[node] = target
+
+    def crossed(self, parts: list[str]) -> bool:
+        """Whether ``parts`` (or a folder above it) is one of the archive's symlinks."""
+        node = self.ROOT
+        for part in parts:
+            node = self._nodes.get((node, part), self.OFF)
+            if node == self.OFF:
+                return False
+            if node in self._targets:
+                return True
+        return False
+
+    def stays_inside(self, parts: list[str]) -> bool:
+        """Whether ``parts``, the archive's symlinks followed, stays under the root (a loop does not)."""
+        trail = [self.ROOT]
+        pending = deque(parts)
+        hops = 0
+        while pending:
+            self._budget -= 1
+            if self._budget < 0:
+                raise UnsafeArchive(f"the snapshot's symlinks take over {LINK_WORK} steps to resolve")
+            part = pending.popleft()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if len(trail) == 1:
+                    return False
+                trail.pop()
+                continue
+            node = self.OFF if trail[-1] == self.OFF else self._nodes.get((trail[-1], part), self.OFF)
+            target = self._targets.get(node) if node != self.OFF else None
+            if target is None:
+                trail.append(node)
+                continue
             hops += 1
             if hops > LINK_HOPS or target.startswith("/"):
-                return None
-            resolved.pop()
-            pending.extendleft(reversed([piece for piece in target.split("/") if piece]))
-    return resolved
+                return False
+            pending.extendleft(reversed(target.split("/")))
+        return True
 
 
 def _kind(member: tarfile.TarInfo) -> str:

@@ -130,6 +130,11 @@ def read_piece(storage: Storage, work: tuple[list[int], list[Range], list[Range]
     return Piece(RawLog(readable, offsets, compact(merged)), unreadable, steps, links, hashes, checked)
 
 
+def _refused(what: str, error: ManifestCorrupt) -> str:
+    """The finding kind of a commit or segment that did not decode: over a reader's caps, or unreadable."""
+    return f"{what}-oversized" if isinstance(error, ManifestOversized) else f"{what}-unreadable"
+
+
 def _decode_commits(storage: Storage, versions: list[int]) -> tuple[dict[int, pa.Table], list[Finding]]:
     """The readable commit files of ``versions``, decoded, and a finding for each one that is not."""
     decoded: dict[int, pa.Table] = {}
@@ -140,8 +145,7 @@ def _decode_commits(storage: Storage, versions: list[int]) -> tuple[dict[int, pa
             try:
                 decoded[version] = decode_table(data or b"", commit_key(version)).replace_schema_metadata(None)
             except ManifestCorrupt as error:
-                kind = "commit-oversized" if isinstance(error, ManifestOversized) else "commit-unreadable"
-                unreadable.append(Finding(kind=kind, version=version, message=str(error)))
+                unreadable.append(Finding(kind=_refused("commit", error), version=version, message=str(error)))
     return decoded, unreadable
 
 
@@ -222,8 +226,7 @@ def check_segment_file(storage: Storage, log: RawLog, span: Range) -> Finding | 
     try:
         stored = decode_table(read_manifest_file(storage, key), key).replace_schema_metadata(None)
     except ManifestCorrupt as error:
-        kind = "segment-oversized" if isinstance(error, ManifestOversized) else "segment-unreadable"
-        return Finding(kind=kind, version=first, message=str(error))
+        return Finding(kind=_refused("segment", error), version=first, message=str(error))
     except OSError as error:  # listed, then not a readable file (a directory, a dangling link, gone)
         return Finding(kind="segment-unreadable", version=first, message=f"{key} cannot be read ({error})")
     if files != last - first + 1 or not stored.equals(expected):

@@ -59,7 +59,7 @@ def decode_table(data: bytes, where: str, bounds: Bounds | None = None) -> pa.Ta
         reader = pq.ParquetReader()
         reader.open(pa.BufferReader(data), pre_buffer=False)
         if _decoded_bound(reader.metadata, where, len(data), bounds) > bounds.decoded_cap(len(data)):
-            table = _decode_counted(data, where, bounds)
+            table = _decode_counted(data, reader.schema_arrow, where, bounds)
         else:
             table = reader.read_all(use_threads=len(data) > 1 << 20)
     except (pa.ArrowException, OSError) as error:
@@ -101,13 +101,11 @@ def _decoded_bound(metadata: pq.FileMetaData, where: str, size: int, bounds: Bou
     return sum(group.num_rows * (group.total_byte_size + OFFSET_BYTES * group.num_columns) for group in groups)
 
 
-def _decode_counted(data: bytes, where: str, bounds: Bounds) -> pa.Table:
+def _decode_counted(data: bytes, stored: pa.Schema, where: str, bounds: Bounds) -> pa.Table:
     """Decode with strings kept as dictionaries (what the file holds), count what plain strings would take, and
-    only then build them; ManifestOversized past the cap."""
-    reader = pq.ParquetReader()
-    reader.open(pa.BufferReader(data), pre_buffer=False)
-    stored = reader.schema_arrow
+    only then build them as ``stored`` says; ManifestOversized past the cap."""
     strings = [index for index, field in enumerate(stored) if pa.types.is_string(field.type)]
+    reader = pq.ParquetReader()
     reader.open(pa.BufferReader(data), pre_buffer=False, read_dictionary=strings)
     table = reader.read_all(use_threads=len(data) > 1 << 20)
     needed = table.num_rows * OFFSET_BYTES * table.num_columns

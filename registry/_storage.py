@@ -35,7 +35,7 @@ from typing import Protocol
 
 import fsspec
 
-from registry._bounds import reader_bounds
+from registry._bounds import Bounds, reader_bounds
 from registry._errors import RegistryError
 
 TMP_PREFIX = ".tmp-"
@@ -59,8 +59,8 @@ class StoredOversized(RegistryError):
 def _too_large(key: str, size: int | None = None) -> StoredOversized:
     cap = reader_bounds().object_bytes
     held = f"{size} bytes" if size is not None else "more"
-    return StoredOversized(f"{key} holds {held}, over the {cap}-byte read cap (a registry may not ask a reader to "
-                           f"hold more; raise it with TRIBUNAL_MAX_OBJECT_MB); run `tribunal doctor`")
+    return StoredOversized(f"{key} holds {held}, over the {cap}-byte read cap ({Bounds.env_hint('object_bytes')}); "
+                           "run `tribunal doctor`")
 
 
 class Storage(Protocol):

@@ -91,9 +91,10 @@ def publication_holds(report: dict[str, Any], plan: Plan, audited_head: str | No
     }
 
 
-def replay_audit(registry: Registry, config: Config, attempt_ids: list[str], count: int | None) -> ReplayAudit:
+def replay_audit(registry: Registry, config: Config, plan: Plan, attempt_ids: list[str],
+                 count: int | None) -> ReplayAudit:
     """Replay the report's current verdicts (all, or ``count`` drawn at random) with ``config``'s pinned graders."""
-    summary = replay(registry, config, count, set(attempt_ids))
+    summary = replay(registry, config, count, (plan.experiment, attempt_ids))
     return ReplayAudit(sample="all" if count is None else f"{count} drawn at random, seeded by the manifest head",
                        chosen=summary.chosen, replayed=summary.replayed, reproduced=summary.reproduced,
                        unreplayed=[f"{item.where}: {item.reason}" for item in summary.unreplayed],
@@ -114,7 +115,7 @@ def publish(registry: Registry, plan: Plan, config: Config, grader_version: str 
     doctor = audit_registry(registry, attempt_ids=attempt_ids)
     findings = [f"{finding.kind} ({finding.where}): {finding.message}" for finding in doctor.findings]
     report = None if findings else build_report(registry, plan, grader_version)
-    replayed = replay_audit(registry, config, attempt_ids, replay_count) if report else None
+    replayed = replay_audit(registry, config, plan, attempt_ids, replay_count) if report else None
     holds = publication_holds(report, plan, audited_head) if report else {}
     if replayed is not None:
         holds["replay"] = [f"replay: {finding}" for finding in replayed.findings]

@@ -46,6 +46,9 @@ from tasks.execution.sandbox import Sandbox, ensure_private
 from tasks.execution.workbench import Workbench, workbench
 from tasks.grading import grader_sandbox, run_grader
 
+Scope = tuple[str, list[str]]
+"""An experiment and the attempt ids of one plan of it (a published report's verdicts)."""
+
 
 @dataclass(frozen=True)
 class Unreplayed:
@@ -98,13 +101,14 @@ class ReplaySummary:
                 "walls_differ": self.walls}
 
 
-def current_receipts(registry: Registry, attempt_ids: set[str] | None = None) -> list[ManifestEntry]:
-    """The newest grader receipt of every attempt (of ``attempt_ids``, if given) in each experiment, in manifest
+def current_receipts(registry: Registry, scope: Scope | None = None) -> list[ManifestEntry]:
+    """The newest grader receipt of every attempt in each experiment (of ``scope`` only, if given), in manifest
     order: what a report of that experiment counts. Keyed by experiment too, so a receipt appended under another
     experiment with the same attempt id cannot stand in for the one a report reads."""
+    experiment, attempt_ids = scope or (None, None)
     newest: dict[tuple[str, str], ManifestEntry] = {}
-    for entry in registry.entries(role=Role.GRADER_RECEIPT.value):
-        if entry.attempt_id is not None and (attempt_ids is None or entry.attempt_id in attempt_ids):
+    for entry in registry.entries(role=Role.GRADER_RECEIPT.value, experiment_id=experiment, attempt_ids=attempt_ids):
+        if entry.attempt_id is not None:
             newest[entry.experiment_id, entry.attempt_id] = entry
     return sorted(newest.values(), key=lambda entry: entry.seq)
 
@@ -116,9 +120,8 @@ def choose(receipts: list[ManifestEntry], count: int | None, seed: str) -> list[
     return sorted(random.Random(seed).sample(receipts, count), key=lambda entry: entry.seq)
 
 
-def replay(registry: Registry, config: Config, count: int | None,
-           attempt_ids: set[str] | None = None) -> ReplaySummary:
-    """Replay ``count`` (or all) current verdicts with ``config``'s pinned graders, in ``config``'s walls.
+def replay(registry: Registry, config: Config, count: int | None, scope: Scope | None = None) -> ReplaySummary:
+    """Replay ``count`` (or all) current verdicts (of ``scope``) with ``config``'s pinned graders, in its walls.
 
     Walls that could read the verifier's signing key or a local registry are
     refused up front (SandboxUnavailable), as a run refuses them.
@@ -126,7 +129,7 @@ def replay(registry: Registry, config: Config, count: int | None,
     walls = {name: grader_sandbox(config, name, profile) for name, profile in config.grader_profiles.items()}
     ensure_private(list(walls.values()), resolve_key_file(config.signing.key_file), registry.local_root)
     head = registry.head()
-    chosen = choose(current_receipts(registry, attempt_ids), count, head.entry_hash if head else "")
+    chosen = choose(current_receipts(registry, scope), count, head.entry_hash if head else "")
     summary = ReplaySummary(chosen=len(chosen))
     with workbench(1, prefix="tribunal-replay-") as bench:
         for entry in chosen:

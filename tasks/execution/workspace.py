@@ -2,10 +2,11 @@
 
 Each case snapshot (its digest checked as it is read, every member checked
 before one is written: ``registry/_archive.unpack_archive``) is unpacked and
-committed once per workbench into a template whose ``.git`` is packed down to a handful of files. Templates live
-in tribunal's scratch, which no sandbox can see; every attempt gets a private
-copy, re-verified against the snapshot digest, so nothing a candidate does
-reaches a template, a later attempt or a grader's workspace.
+committed once per workbench into a template whose ``.git`` is packed down to
+a handful of files. Templates live in tribunal's scratch, which no sandbox
+can see; every attempt gets a private copy, re-verified against the snapshot
+digest, so nothing a candidate does reaches a template, a later attempt or a
+grader's workspace.
 
 The candidate's checkout holds a ``.git`` of its own (the protocol promises a
 git checkout), but tribunal never uses it: its git directory for the
